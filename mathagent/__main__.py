@@ -1,0 +1,3 @@
+from mathagent.cli import main
+
+raise SystemExit(main())

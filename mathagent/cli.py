@@ -1,0 +1,65 @@
+"""``python -m mathagent <command>``: a thin front end over the package's modules.
+
+Each command lives in the module that owns its logic, as two functions named after
+the command (dashes become underscores):
+
+    def prepare_data_parser(parser: argparse.ArgumentParser) -> None: ...
+    def prepare_data_command(args: argparse.Namespace) -> int: ...
+
+Modules are imported only when their command runs, so ``--help`` stays fast even though
+the stack behind some commands (Trinity-RFT, Ray, torch) takes seconds to import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command -> (owning module, one-line help). Keep in the order a user meets them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "tutorial": ("mathagent.tutorial", "Run the notebooks in order and summarise what ran."),
+    "prepare-data": ("mathagent.tasks", "Convert guru-RL-92k math rows into a taskset."),
+    "prepare-aime": ("mathagent.tasks", "Build the AIME-24 eval set from a local file or the hub."),
+    "generate-arithmetic": ("mathagent.tasks", "Generate the bundled arithmetic taskset."),
+    "serve": ("mathagent.serving", "Serve the bundled model behind an OpenAI-compatible API."),
+    "run-agent": ("mathagent.rollouts", "Run the ReAct agent and judge over tasks."),
+    "measure-pass-rates": ("mathagent.rollouts", "Measure per-task pass rates into a feature column."),
+    "simulate": ("mathagent.simulation", "Run the simulated selector sweep."),
+    "ray": ("mathagent.launch", "Start, stop or inspect a local Ray head."),
+    "train": ("mathagent.launch", "Preflight and launch Trinity-RFT training (GPU)."),
+    "train-local": ("mathagent.grpo", "Tutorial-scale GRPO on the bundled model (CPU or one GPU)."),
+    "plot": ("mathagent.results", "Read run folders and draw the results figures."),
+}
+
+
+def _entry(name: str):
+    module = importlib.import_module(COMMANDS[name][0])
+    stem = name.replace("-", "_")
+    return getattr(module, f"{stem}_parser"), getattr(module, f"{stem}_command")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser; only ``command``'s module is imported to fill its options."""
+    parser = argparse.ArgumentParser(
+        prog="python -m mathagent",
+        description="Data-centric RL fine-tuning of a math ReAct agent: tutorial commands.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == command:
+            _entry(name)[0](p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command is not None and command not in COMMANDS:
+        build_parser().parse_args(argv)  # argparse reports the unknown command and exits 2
+    args = build_parser(command).parse_args(argv)
+    if args.command is None:
+        build_parser().print_help()
+        return 0
+    return int(_entry(args.command)[1](args) or 0)

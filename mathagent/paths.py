@@ -1,0 +1,44 @@
+"""Where things live: the repository, its data, configs and run folders.
+
+Notebooks run from ``notebooks/`` (nbmake does so) and scripts from anywhere, so every
+path in the package is derived from this file's location, never from the working
+directory. ``MATHAGENT_RUNS`` overrides where run outputs go.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = REPO_ROOT / "data"
+CONFIGS_DIR = REPO_ROOT / "configs"
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+RESULTS_DIR = REPO_ROOT / "results"
+TESTS_FIXTURES_DIR = REPO_ROOT / "tests" / "fixtures"
+
+# The bundled offline taskset (arithmetic word problems with measured pass rates).
+ARITHMETIC_DIR = DATA_DIR / "arithmetic"
+# Where ``prepare-data`` writes the guru math taskset and the AIME-24 eval set by default;
+# the full configs point here.
+GURU_DIR = DATA_DIR / "guru_math"
+AIME24_DIR = DATA_DIR / "aime24"
+
+
+def runs_dir() -> Path:
+    """Root folder for run outputs (ignored by git)."""
+    return Path(os.environ.get("MATHAGENT_RUNS", REPO_ROOT / "runs"))
+
+
+def new_run_dir(kind: str, stamp: str | None = None) -> Path:
+    """Create and return ``runs/<kind>/<timestamp>``; ``stamp`` fixes the name (tests)."""
+    stamp = stamp or datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = runs_dir() / kind / stamp
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def smoke() -> bool:
+    """True when ``MATHAGENT_SMOKE`` asks for the quick variant (tests and CI set it)."""
+    return os.environ.get("MATHAGENT_SMOKE", "0").lower() not in ("", "0", "false", "no")

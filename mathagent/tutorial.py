@@ -1,0 +1,157 @@
+"""Run the tutorial notebooks in order, each in a fresh kernel, and summarise.
+
+``python -m mathagent tutorial`` executes ``notebooks/NN_*.ipynb`` one after the other,
+writes the executed copies under ``runs/tutorial/<timestamp>/`` and prints a one-screen
+summary: what ran, how long it took, what was skipped and why, where the figures are.
+
+Notebooks report parts they cannot run on this machine (no GPU, no network) through
+:func:`skip`, which prints a marker line the runner collects from the executed outputs;
+nothing is skipped silently. Figures are saved through :func:`figure_dir`, which points
+into the run folder while the tutorial runs and into ``runs/notebooks`` otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mathagent import paths
+
+SKIP_MARKER = "[mathagent:skipped]"
+RUN_DIR_ENV = "MATHAGENT_RUN_DIR"
+
+
+def skip(part: str, reason: str) -> None:
+    """Tell the reader (and the tutorial summary) that ``part`` did not run, and why."""
+    print(f"{SKIP_MARKER} {part}: {reason}")
+
+
+def figure_dir() -> Path:
+    """Folder for figures written by the current notebook run."""
+    root = os.environ.get(RUN_DIR_ENV)
+    path = Path(root) / "figures" if root else paths.runs_dir() / "notebooks" / "figures"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def tutorial_notebooks(folder: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
+    """The numbered notebooks (``01_...``, ``02_...``) in execution order."""
+    return sorted(p for p in folder.glob("[0-9][0-9]*.ipynb"))
+
+
+@dataclass
+class NotebookResult:
+    notebook: str
+    seconds: float
+    ok: bool
+    skipped: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+def _skipped_lines(nb) -> list[str]:
+    lines = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            text = out.get("text", "") if out.get("output_type") == "stream" else ""
+            lines += [ln[len(SKIP_MARKER):].strip() for ln in text.splitlines()
+                      if ln.startswith(SKIP_MARKER)]
+    return lines
+
+
+def run_notebook(path: Path, out_dir: Path, timeout: int = 1800) -> NotebookResult:
+    """Execute one notebook in a fresh kernel from its own folder; save the executed copy."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    start = time.perf_counter()
+    ok, error = True, ""
+    try:
+        client.execute()
+    except CellExecutionError as exc:
+        ok = False
+        failing = next((i for i, c in enumerate(nb.cells)
+                        if any(o.get("output_type") == "error" for o in c.get("outputs", []))),
+                       None)
+        first_line = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
+        error = f"cell {failing}: {first_line}" if failing is not None else first_line
+    finally:
+        nbformat.write(nb, out_dir / path.name)
+    return NotebookResult(path.name, time.perf_counter() - start, ok, _skipped_lines(nb), error)
+
+
+@contextmanager
+def _kernel_env(**values: str):
+    """Set variables the notebook kernels inherit; restore the caller's afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_tutorial(notebooks: list[Path], out_dir: Path, smoke: bool) -> list[NotebookResult]:
+    """Run ``notebooks`` in order; stop at the first failure (later ones depend on it)."""
+    results = []
+    with _kernel_env(**{RUN_DIR_ENV: str(out_dir), "MATHAGENT_SMOKE": "1" if smoke else "0"}):
+        for i, nb in enumerate(notebooks, 1):
+            print(f"[{i}/{len(notebooks)}] {nb.name} ...", flush=True)
+            res = run_notebook(nb, out_dir)
+            state = "ok" if res.ok else f"FAILED ({res.error})"
+            print(f"[{i}/{len(notebooks)}] {nb.name}: {state} in {res.seconds:.0f} s", flush=True)
+            results.append(res)
+            if not res.ok:
+                break
+    return results
+
+
+def format_summary(results: list[NotebookResult], notebooks: list[Path], out_dir: Path) -> str:
+    ran = {r.notebook for r in results}
+    lines = ["", "Tutorial summary", "================"]
+    for r in results:
+        status = "ok" if r.ok else "FAILED"
+        lines.append(f"  {r.notebook:<34} {status:<7} {r.seconds:7.1f} s")
+        if r.error:
+            lines.append(f"      error: {r.error}")
+        lines += [f"      skipped: {s}" for s in r.skipped]
+    lines += [f"  {nb.name:<34} not run (an earlier notebook failed)"
+              for nb in notebooks if nb.name not in ran]
+    figures = sorted((out_dir / "figures").glob("*")) if (out_dir / "figures").exists() else []
+    lines += ["", f"Executed notebooks: {out_dir}",
+              f"Figures ({len(figures)}): {out_dir / 'figures'}"]
+    return "\n".join(lines)
+
+
+def tutorial_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--smoke", action="store_true",
+                        help="quick variant of every notebook (what the tests run)")
+    parser.add_argument("--only", nargs="+", metavar="NN",
+                        help="run only notebooks whose names start with these numbers")
+    parser.add_argument("--out", type=Path, help="run folder (default runs/tutorial/<timestamp>)")
+
+
+def tutorial_command(args: argparse.Namespace) -> int:
+    notebooks = tutorial_notebooks()
+    if args.only:
+        notebooks = [nb for nb in notebooks if nb.name[:2] in set(args.only)]
+    if not notebooks:
+        print("no notebooks to run", file=sys.stderr)
+        return 2
+    out_dir = args.out or paths.new_run_dir("tutorial")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = run_tutorial(notebooks, out_dir, smoke=args.smoke or paths.smoke())
+    print(format_summary(results, notebooks, out_dir))
+    return 0 if results and all(r.ok for r in results) and len(results) == len(notebooks) else 1
