@@ -1,0 +1,1391 @@
+"""Tasksets: the schema, its validator, loading and saving, and three ways to build one.
+
+A *taskset* is what RL training samples its prompts from. In this package it is a
+``datasets.Dataset`` with
+
+* ``question`` (str, non-empty): the problem shown to the agent;
+* ``answer`` (str): ``"#### <truth>"``, the form the judge splits on;
+* optional float *feature* columns in [0, 1], named ``*_pass_rate``: how often a reference
+  model solved the task; ``difficulty_based`` selection (BOTS) reads two of them;
+* optional provenance or difficulty columns (``source_row``, ``difficulty``, ...).
+
+On disk a taskset is a directory with one parquet file per split (``train.parquet``,
+``test.parquet``, optionally ``validation.parquet``) and a ``provenance.json`` saying where
+the rows came from. ``datasets.load_dataset(dir, split="train")`` reads it, and so does
+Trinity-RFT's task file reader, which is what a config's ``buffer.explorer_input.taskset.path``
+points at.
+
+Three builders feed this schema:
+
+* :func:`convert_guru` / ``prepare-data``: the math part of LLM360/guru-RL-92k, with the
+  reference cleanup (the "Please output the final answer within \\boxed{}." sentence
+  removed, ``answer = "#### " + ground_truth``, the two Qwen pass-rate columns kept) plus an
+  account of every dropped row, explicit handling of missing pass rates and duplicates;
+* :func:`convert_aime` / ``prepare-aime``: the AIME-24 evaluation set;
+* :func:`generate_arithmetic` / ``generate-arithmetic``: the bundled offline taskset of
+  arithmetic word problems with a wide, controlled difficulty range.
+
+Every loader goes through :func:`validate_taskset`, whose errors name the file, the row
+(counted from 0) and the column at fault.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mathagent import __version__, paths
+
+# --------------------------------------------------------------------------------------
+# Schema
+# --------------------------------------------------------------------------------------
+
+QUESTION = "question"
+ANSWER = "answer"
+ANSWER_PREFIX = "#### "
+PASS_RATE_SUFFIX = "pass_rate"
+SPLITS = ("train", "validation", "test")
+PROVENANCE_FILE = "provenance.json"
+
+# The sentence guru appends to every math prompt; the agent's own system prompt asks for
+# a boxed answer, so the reference conversion removes it from the question.
+BOXED_SENTENCE = "Please output the final answer within \\boxed{}."
+
+GURU_REPO = "LLM360/guru-RL-92k"
+GURU_FILE = "train/math__combined_54.4k.parquet"
+# Pass rates of a weaker and a stronger reference model (16 samples each), in the order
+# ``difficulty_based`` expects: column 0 weak, column 1 strong.
+GURU_PASS_RATE_KEYS = ("qwen2.5_7b_pass_rate", "qwen3_30b_pass_rate")
+
+AIME_REPO = "HuggingFaceH4/aime_2024"
+
+# Measured on the bundled arithmetic taskset by ``measure-pass-rates`` (weak, strong).
+WEAK_KEY = "smollm2_weak_pass_rate"
+STRONG_KEY = "smollm2_strong_pass_rate"
+ARITHMETIC_FEATURE_KEYS = (WEAK_KEY, STRONG_KEY)
+ARITHMETIC_SEED = 7
+
+
+class TasksetError(ValueError):
+    """Bad taskset input; the message names the file, row and column at fault."""
+
+
+class HubUnavailable(RuntimeError):
+    """The Hugging Face hub could not be reached; the message says what to pass instead."""
+
+
+def _as_table(data: Any) -> pa.Table:
+    """A ``pyarrow.Table`` view of a Dataset, DataFrame or Table (no copy where possible)."""
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pd.DataFrame):
+        return pa.Table.from_pandas(data, preserve_index=False)
+    if hasattr(data, "with_format"):  # datasets.Dataset; honours select()/shuffle() indices
+        return data.with_format("arrow")[:]
+    raise TypeError(f"expected a datasets.Dataset, pandas.DataFrame or pyarrow.Table, "
+                    f"got {type(data).__name__}")
+
+
+def _first_true(mask: pa.ChunkedArray | pa.Array) -> int | None:
+    """Index of the first True in a boolean array (nulls count as False), or None."""
+    mask = pc.fill_null(mask, False)
+    if not pc.any(mask).as_py():
+        return None
+    return int(pc.index(mask, True).as_py())
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or (
+        hasattr(pa.types, "is_string_view") and pa.types.is_string_view(t))
+
+
+def pass_rate_columns(columns: Iterable[str]) -> list[str]:
+    """The columns the schema treats as pass rates (names ending in ``pass_rate``)."""
+    return [c for c in columns if c.endswith(PASS_RATE_SUFFIX)]
+
+
+def validate_taskset(data: Any, feature_keys: Sequence[str] = (), source: Any = "taskset") -> None:
+    """Check ``data`` against the taskset schema; raise :class:`TasksetError` on the first fault.
+
+    ``data`` is a ``datasets.Dataset``, ``pandas.DataFrame`` or ``pyarrow.Table`` with one
+    row per task. Checks, in order: at least one row; ``question``, ``answer`` and every
+    ``feature_keys`` column present; question/answer are strings, not null, not blank;
+    every answer contains ``####`` followed by a truth; every feature column and every
+    ``*_pass_rate`` column is numeric, free of NaN/null and within [0, 1]. ``source`` (a
+    file path, usually) starts every message, and rows are counted from 0.
+    """
+    where = str(source)
+    table = _as_table(data)
+    if table.num_rows == 0:
+        raise TasksetError(f"{where}: the taskset has no rows")
+    columns = table.column_names
+    missing = [c for c in (QUESTION, ANSWER, *feature_keys) if c not in columns]
+    if missing:
+        raise TasksetError(f"{where}: missing column(s) {', '.join(map(repr, missing))}; "
+                           f"columns present: {', '.join(map(repr, columns))}")
+    for name in (QUESTION, ANSWER):
+        col = table.column(name)
+        if not _is_text(col.type):
+            raise TasksetError(f"{where}: column {name!r} has type {col.type}, expected string")
+        row = _first_true(col.is_null())
+        if row is not None:
+            raise TasksetError(f"{where}: row {row}, column {name!r}: missing (null)")
+        row = _first_true(pc.equal(pc.utf8_trim_whitespace(col), ""))
+        if row is not None:
+            raise TasksetError(f"{where}: row {row}, column {name!r}: empty")
+    answers = table.column(ANSWER)
+    row = _first_true(pc.invert(pc.match_substring_regex(answers, r"####\s*\S")))
+    if row is not None:
+        raise TasksetError(f"{where}: row {row}, column 'answer': expected '#### <truth>', "
+                           f"got {answers[row].as_py()!r}")
+    for name in dict.fromkeys([*feature_keys, *pass_rate_columns(columns)]):
+        col = table.column(name)
+        if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
+            raise TasksetError(f"{where}: column {name!r} has type {col.type}, expected float "
+                               "pass rates in [0, 1]")
+        values = pc.cast(col, pa.float64())
+        row = _first_true(pc.or_kleene(values.is_null(), pc.is_nan(values)))
+        if row is not None:
+            raise TasksetError(f"{where}: row {row}, column {name!r}: missing pass rate (NaN "
+                               "or null); drop or impute it (see prepare-data --missing-pass-rate)")
+        row = _first_true(pc.or_(pc.less(values, 0.0), pc.greater(values, 1.0)))
+        if row is not None:
+            raise TasksetError(f"{where}: row {row}, column {name!r}: pass rate "
+                               f"{values[row].as_py()!r} outside [0, 1]")
+
+
+def split_file(path: str | Path, split: str) -> Path:
+    """``<path>/<split>.parquet``, or ``path`` itself when it already is a parquet file."""
+    path = Path(path)
+    return path if path.suffix == ".parquet" else path / f"{split}.parquet"
+
+
+def load_taskset(path: str | Path, split: str = "train",
+                 feature_keys: Sequence[str] = ()):
+    """Load one split of a taskset directory as a validated ``datasets.Dataset``.
+
+    Reads ``<path>/<split>.parquet`` the way a Trinity config's taskset does
+    (``datasets.load_dataset(path, split=split)``); ``path`` may also name a parquet file.
+    ``feature_keys`` must exist and hold pass rates in [0, 1]. A missing directory or
+    split raises :class:`TasksetError` listing what is there instead.
+    """
+    import datasets
+
+    path = Path(path)
+    if not path.exists():
+        raise TasksetError(f"{path}: no such taskset directory; build one with "
+                           "`python -m mathagent prepare-data`, `prepare-aime` or "
+                           "`generate-arithmetic`")
+    file = split_file(path, split)
+    if not file.is_file():
+        found = sorted(p.stem for p in path.glob("*.parquet"))
+        raise TasksetError(f"{file}: split {split!r} not found in {path} "
+                           f"(splits present: {', '.join(found) or 'none'})")
+    if path.is_dir():
+        ds = datasets.load_dataset(str(path), split=split)
+    else:
+        ds = datasets.load_dataset("parquet", data_files={split: str(file)}, split=split)
+    validate_taskset(ds, feature_keys, source=file)
+    return ds
+
+
+def read_split(path: str | Path, split: str = "train",
+               feature_keys: Sequence[str] = ()) -> pd.DataFrame:
+    """One split as a validated ``pandas.DataFrame`` (for analysis and figures)."""
+    file = split_file(path, split)
+    if not file.is_file():
+        raise TasksetError(f"{file}: no such file")
+    frame = pq.read_table(file).to_pandas()
+    validate_taskset(frame, feature_keys, source=file)
+    return frame
+
+
+def save_taskset(splits: Mapping[str, pd.DataFrame], out_dir: str | Path,
+                 provenance: Mapping[str, Any], feature_keys: Sequence[str] = ()) -> dict[str, Path]:
+    """Validate and write ``{split: frame}`` as ``<out_dir>/<split>.parquet`` + provenance.
+
+    The directory holds exactly one taskset: split files from an earlier run that are not
+    in ``splits`` (say, a stale ``validation.parquet``) are removed, so a reader never mixes
+    two builds. Returns the written paths by split.
+    """
+    out_dir = Path(out_dir)
+    bad = [s for s in splits if s not in SPLITS]
+    if bad:
+        raise TasksetError(f"{out_dir}: unknown split name(s) {bad}; use {list(SPLITS)}")
+    for split, frame in splits.items():
+        validate_taskset(frame, feature_keys, source=out_dir / f"{split}.parquet")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for split in SPLITS:
+        stale = out_dir / f"{split}.parquet"
+        if split not in splits and stale.exists():
+            stale.unlink()
+    written = {}
+    for split, frame in splits.items():
+        table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
+        # pandas 3 hands over large_string; plain string is what every reader expects.
+        schema = pa.schema([f.with_type(pa.string()) if _is_text(f.type) else f
+                            for f in table.schema])
+        table = table.cast(schema).replace_schema_metadata(None)
+        pq.write_table(table, out_dir / f"{split}.parquet", compression="zstd")
+        written[split] = out_dir / f"{split}.parquet"
+    (out_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2, default=str) + "\n")
+    return written
+
+
+def read_provenance(path: str | Path) -> dict[str, Any]:
+    """The ``provenance.json`` of a taskset directory."""
+    file = Path(path) / PROVENANCE_FILE
+    if not file.is_file():
+        raise TasksetError(f"{file}: no provenance file")
+    return json.loads(file.read_text())
+
+
+def read_with_trinity(path: str | Path, split: str = "train", name: str = "taskset",
+                      workflow_type: str = "math_workflow", batch_size: int = 256) -> list:
+    """Read a whole taskset split with Trinity-RFT's own task file reader, as training does.
+
+    Builds a ``TasksetConfig`` like the one ``agentscope.tuner.tune`` builds (``path`` is
+    what a config's ``buffer.explorer_input.taskset.path`` holds), asks
+    ``trinity.buffer.get_buffer_reader`` for its reader (a ``FileReader`` wrapping
+    ``TaskFileReader``, which calls ``datasets.load_dataset(path, split=split)``) and
+    drains it once in eval mode. Returns Trinity ``Task`` objects; ``task.raw_task`` is the
+    row as a dict. The reader insists on a workflow class: ``tune`` sets
+    ``agentscope_workflow_adapter_v1``, whose module needs vLLM, so the default here is
+    Trinity's plain ``math_workflow``, which imports anywhere and does not change how rows
+    are read. Trinity's reader turns off the ``datasets`` cache for the whole process.
+    """
+    import asyncio
+
+    from trinity.buffer import get_buffer_reader
+    from trinity.common.config import TasksetConfig
+
+    config = TasksetConfig(name=name, path=str(path), split=split, is_eval=True,
+                           default_workflow_type=workflow_type)
+    reader = get_buffer_reader(config)
+
+    async def drain() -> list:
+        out = []
+        while True:
+            try:
+                out.extend(await reader.read(batch_size=batch_size))
+            except StopAsyncIteration:
+                return out
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # plain Python: no loop running
+        return asyncio.run(drain())
+    # Inside Jupyter a loop is already running; drain on a worker thread's own loop.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, drain()).result()
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file (provenance: which input exactly)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"mathagent": __version__}
+    for pkg in ("datasets", "pyarrow", "pandas", "numpy"):
+        with contextlib.suppress(md.PackageNotFoundError):
+            out[pkg] = md.version(pkg)
+    return out
+
+
+def _table_from_rows(rows: list, where: Any) -> pa.Table:
+    """Rows of JSON objects as a table; keys missing from a row become nulls.
+
+    Types are inferred per column over all rows. A column mixing types (``19`` in one row,
+    ``"060"`` in another, as hand-made answer files do) is read as text.
+    """
+    if not all(isinstance(r, dict) for r in rows):
+        raise TasksetError(f"{where}: every line must be a JSON object")
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    columns = {}
+    for name in names:
+        values = [r.get(name) for r in rows]
+        try:
+            columns[name] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            columns[name] = pa.array([None if v is None else
+                                      v if isinstance(v, str) else json.dumps(v)
+                                      for v in values], pa.string())
+    return pa.table(columns)
+
+
+def read_raw_table(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
+    """Read a raw input file (parquet, jsonl/json or csv) as a ``pyarrow.Table``.
+
+    JSON lines are parsed with Python's ``json`` (which accepts ``NaN``), and the column
+    types are inferred over all rows, so hand-written files may omit keys (they become
+    nulls). A missing file raises :class:`TasksetError`.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TasksetError(f"{path}: no such input file")
+    suffix = "".join(path.suffixes[-1:]).lower()
+    if suffix == ".parquet":
+        names = pq.read_schema(path).names
+        wanted = None if columns is None else [c for c in columns if c in names]
+        return pq.read_table(path, columns=wanted)
+    if suffix in (".jsonl", ".json"):
+        text = path.read_text()
+        if suffix == ".json" and text.lstrip().startswith("["):
+            rows = json.loads(text)
+        else:
+            rows = []
+            for lineno, line in enumerate(text.splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise TasksetError(f"{path}: line {lineno}: not valid JSON ({exc.msg})") from exc
+        if not rows:
+            raise TasksetError(f"{path}: no rows")
+        table = _table_from_rows(rows, path)
+    elif suffix == ".csv":
+        import pyarrow.csv as pacsv
+
+        table = pacsv.read_csv(path)
+    else:
+        raise TasksetError(f"{path}: unsupported file type {suffix!r}; use parquet, jsonl or csv")
+    if columns is not None:
+        table = table.select([c for c in columns if c in table.column_names])
+    return table
+
+
+# --------------------------------------------------------------------------------------
+# Hugging Face hub (optional; every path also works from a local file)
+# --------------------------------------------------------------------------------------
+
+def _probe_hub(endpoint: str, repo_id: str, timeout: float) -> None:
+    """Raise ``OSError`` unless the hub answers within ``timeout`` seconds.
+
+    ``huggingface_hub`` retries a failed lookup with back-off (about 25 s in all) before
+    it gives up; one quick request first keeps the unreachable case short.
+    """
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"{endpoint.rstrip('/')}/api/datasets/{repo_id}",
+                                     method="HEAD")
+    # An HTTP error means the hub answered (404, 401, ...): the download reports it precisely.
+    with contextlib.suppress(urllib.error.HTTPError):
+        urllib.request.urlopen(request, timeout=timeout).close()
+
+
+def download_from_hub(repo_id: str, filename: str | None = None, *, timeout: float = 10.0,
+                      endpoint: str | None = None, what_instead: str = "--input PATH") -> Path:
+    """Fetch ``filename`` (or a snapshot of the repo's data files) from a hub dataset repo.
+
+    A copy already in the local hub cache is used without any network call. Otherwise the
+    hub gets ``timeout`` seconds to answer; unreachable (or ``HF_HUB_OFFLINE=1``), this
+    raises :class:`HubUnavailable` with one line naming ``what_instead``.
+    """
+    target = f"{repo_id}/{filename}" if filename else repo_id
+    try:
+        import huggingface_hub as hub
+        from huggingface_hub import constants
+
+        if filename is not None:
+            cached = hub.try_to_load_from_cache(repo_id, filename, repo_type="dataset")
+            if isinstance(cached, str) and Path(cached).is_file():
+                return Path(cached)
+        if constants.HF_HUB_OFFLINE:
+            raise OSError("offline mode (HF_HUB_OFFLINE is set) and no cached copy")
+        endpoint = endpoint or constants.ENDPOINT
+        _probe_hub(endpoint, repo_id, timeout)
+        if filename is not None:
+            return Path(hub.hf_hub_download(repo_id, filename, repo_type="dataset",
+                                            etag_timeout=timeout, endpoint=endpoint))
+        return Path(hub.snapshot_download(repo_id, repo_type="dataset", etag_timeout=timeout,
+                                          endpoint=endpoint,
+                                          allow_patterns=["*.parquet", "*.jsonl"]))
+    except Exception as exc:  # any hub failure becomes one actionable line
+        reason = " ".join(str(exc).split()).split(". ")[0][:200] or "no details"
+        raise HubUnavailable(f"could not fetch {target} from the Hugging Face hub "
+                             f"({type(exc).__name__}: {reason}); download it where the hub "
+                             f"is reachable and pass {what_instead}") from exc
+
+
+# --------------------------------------------------------------------------------------
+# Guru math -> taskset
+# --------------------------------------------------------------------------------------
+
+# Why a row is dropped, in the order the checks run; each dropped row gets exactly one.
+DROP_EMPTY_PROMPT = "empty prompt"
+DROP_EMPTY_QUESTION = "empty question"
+DROP_MISSING_TRUTH = "missing ground truth"
+DROP_MISSING_PASS_RATE = "missing pass rate"
+DROP_DUPLICATE = "duplicate question"
+DROP_REASONS = (DROP_EMPTY_PROMPT, DROP_EMPTY_QUESTION, DROP_MISSING_TRUTH,
+                DROP_MISSING_PASS_RATE, DROP_DUPLICATE)
+MISSING_PASS_RATE_POLICIES = ("drop", "mean", "median", "constant")
+
+
+@dataclass
+class GuruOptions:
+    """How :func:`convert_guru` treats the rows the reference conversion glosses over.
+
+    ``missing_pass_rate``: ``drop`` rows with a NaN/null in any pass-rate column, or impute
+    it: ``mean``/``median`` of that column over the rows that pass the structural checks
+    (prompt, question, ground truth) and have a value, or ``constant`` = ``fill_value``.
+    ``drop_duplicates``: drop later copies of an exact-duplicate (cleaned) question, keeping
+    the first; duplicates are reported either way. ``val_fraction``: share of the kept rows
+    moved to a ``validation`` split, chosen by a permutation seeded with ``seed``.
+    ``keep_columns``: raw columns copied through unchanged (besides ``data_source``).
+    """
+
+    pass_rate_columns: tuple[str, ...] = GURU_PASS_RATE_KEYS
+    missing_pass_rate: str = "drop"
+    fill_value: float | None = None
+    drop_duplicates: bool = True
+    val_fraction: float = 0.0
+    seed: int = 0
+    keep_columns: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        if self.missing_pass_rate not in MISSING_PASS_RATE_POLICIES:
+            raise TasksetError(f"missing_pass_rate={self.missing_pass_rate!r}: choose one of "
+                               f"{', '.join(MISSING_PASS_RATE_POLICIES)}")
+        if self.missing_pass_rate == "constant" and (
+                self.fill_value is None or not 0.0 <= float(self.fill_value) <= 1.0):
+            raise TasksetError("missing_pass_rate='constant' needs fill_value in [0, 1] "
+                               f"(got {self.fill_value!r}; pass --fill-value)")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise TasksetError(f"val_fraction={self.val_fraction}: expected 0 <= fraction < 1")
+
+
+@dataclass
+class ConversionReport:
+    """Rows in and out of a conversion, and what happened to every row that left.
+
+    Invariant: ``rows_in == rows_out + sum(dropped.values())``.
+    """
+
+    source: str
+    rows_in: int
+    rows_out: int = 0
+    splits: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    missing_pass_rates: dict[str, int] = field(default_factory=dict)
+    imputed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    duplicates: dict[str, Any] = field(default_factory=dict)
+    dropped_rows: dict[str, list[int]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def check(self) -> None:
+        lost = self.rows_in - self.rows_out - sum(self.dropped.values())
+        if lost:
+            raise AssertionError(f"{self.source}: {lost} row(s) unaccounted for")
+        if any(len(self.dropped_rows.get(r, ())) != n for r, n in self.dropped.items()):
+            raise AssertionError(f"{self.source}: dropped row lists disagree with the counts")
+        if sum(self.splits.values()) != self.rows_out:
+            raise AssertionError(f"{self.source}: split sizes do not add up to rows_out")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def dropped_frame(self) -> pd.DataFrame:
+        """One row per dropped input row: ``source_row`` and ``reason``, by row number."""
+        rows = [(r, why) for why, lst in self.dropped_rows.items() for r in lst]
+        frame = pd.DataFrame(rows, columns=["source_row", "reason"])
+        return frame.sort_values("source_row").reset_index(drop=True)
+
+
+def format_report(report: ConversionReport) -> str:
+    """A short human-readable account of a conversion (printed by the commands)."""
+    lines = [f"source: {report.source}", f"rows in:  {report.rows_in:>8,}"]
+    for reason, count in report.dropped.items():
+        lines.append(f"  dropped, {reason + ':':<22}{count:>8,}")
+    lines.append(f"rows out: {report.rows_out:>8,}  ("
+                 + ", ".join(f"{s} {n:,}" for s, n in report.splits.items()) + ")")
+    for col, n in report.missing_pass_rates.items():
+        lines.append(f"missing values in {col}: {n:,}")
+    for col, info in report.imputed.items():
+        lines.append(f"imputed {info['rows']:,} value(s) in {col} with {info['rule']} = "
+                     f"{info['value']:.4f}")
+    if report.duplicates:
+        d = report.duplicates
+        lines.append(f"duplicate questions: {d['rows']:,} extra copies in {d['groups']:,} groups "
+                     f"({d['conflicting_groups']:,} with differing answers), {d['action']}")
+    lines += [f"note: {n}" for n in report.notes]
+    return "\n".join(lines)
+
+
+def clean_question(text: pd.Series | pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Remove every copy of :data:`BOXED_SENTENCE` and strip surrounding whitespace."""
+    arr = pa.array(text) if isinstance(text, pd.Series) else text
+    return pc.utf8_trim_whitespace(pc.replace_substring(arr, BOXED_SENTENCE, ""))
+
+
+def _combined(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _first_message_content(prompt: pa.Array, n: int, where: str) -> np.ndarray:
+    """``prompt[0]["content"]`` per row as an object array (None where absent), vectorised."""
+    out = np.full(n, None, dtype=object)
+    if _is_text(prompt.type):  # already a plain string prompt
+        out[:] = prompt.to_numpy(zero_copy_only=False)
+        return out
+    if not (pa.types.is_list(prompt.type) or pa.types.is_large_list(prompt.type)):
+        raise TasksetError(f"{where}: column 'prompt' has type {prompt.type}, expected a list of "
+                           "{role, content} messages")
+    first = pc.list_slice(prompt, 0, 1)
+    flat = pc.list_flatten(first)
+    parents = pc.list_parent_indices(first).to_numpy()
+    if pa.types.is_struct(flat.type):
+        if flat.type.get_field_index("content") < 0:
+            raise TasksetError(f"{where}: column 'prompt' messages have no 'content' field "
+                               f"(fields: {[f.name for f in flat.type]})")
+        content = pc.struct_field(flat, "content")
+    elif _is_text(flat.type):
+        content = flat
+    else:
+        raise TasksetError(f"{where}: column 'prompt' holds {flat.type}, expected messages")
+    if not _is_text(content.type):
+        content = pc.cast(content, pa.string())
+    out[parents] = content.to_numpy(zero_copy_only=False)
+    return out
+
+
+def raw_prompt_text(table: pa.Table) -> pd.Series:
+    """``prompt[0].content`` of every raw guru row, before cleanup (None where absent)."""
+    return pd.Series(_first_message_content(_combined(table.column("prompt")), table.num_rows,
+                                            "input"), name="prompt_text")
+
+
+def _ground_truth(reward_model: pa.Array, where: str) -> pa.Array:
+    """``reward_model["ground_truth"]`` as strings (nulls kept), vectorised."""
+    if not pa.types.is_struct(reward_model.type) or \
+            reward_model.type.get_field_index("ground_truth") < 0:
+        raise TasksetError(f"{where}: column 'reward_model' has type {reward_model.type}, "
+                           "expected a struct with a 'ground_truth' field")
+    truth = pc.struct_field(reward_model, "ground_truth")
+    # A null struct hides its children; make that explicit.
+    truth = pc.if_else(reward_model.is_null(), pa.scalar(None, truth.type), truth)
+    if pa.types.is_floating(truth.type):
+        # 42.0 -> "42": integral floats print as integers, the form answers take.
+        values = truth.to_numpy(zero_copy_only=False)
+        text = [None if v is None or (isinstance(v, float) and np.isnan(v))
+                else (str(int(v)) if float(v).is_integer() else repr(float(v))) for v in values]
+        return pa.array(text, pa.string())
+    if not _is_text(truth.type):
+        try:
+            truth = pc.cast(truth, pa.string())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise TasksetError(f"{where}: column 'reward_model.ground_truth' has type "
+                               f"{truth.type}, which cannot be read as text") from exc
+    return truth
+
+
+def _row_label(table: pa.Table, row: int) -> str:
+    """``row 12`` plus the source's own index when ``extra_info.index`` exists."""
+    label = f"row {row}"
+    if "extra_info" in table.column_names:
+        info = table.column("extra_info")[row].as_py()
+        if isinstance(info, dict) and info.get("index") is not None:
+            label += f" (extra_info.index={info['index']})"
+    return label
+
+
+def _pass_rate_matrix(table: pa.Table, columns: Sequence[str], where: str) -> np.ndarray:
+    """Pass-rate columns as a float array of shape (rows, len(columns)); NaN where missing.
+
+    Values outside [0, 1] are not data to drop but a broken file: they raise with the row.
+    """
+    out = np.empty((table.num_rows, len(columns)), dtype=np.float64)
+    for j, name in enumerate(columns):
+        if name not in table.column_names:
+            raise TasksetError(f"{where}: pass-rate column {name!r} not found (columns: "
+                               f"{', '.join(table.column_names)}); pass --pass-rate-columns to "
+                               "name the ones present")
+        col = table.column(name)
+        if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)
+                or pa.types.is_null(col.type)):
+            raise TasksetError(f"{where}: column {name!r} has type {col.type}, expected float "
+                               "pass rates")
+        values = pc.fill_null(pc.cast(col, pa.float64()), np.nan).to_numpy()
+        bad = np.flatnonzero((values < 0.0) | (values > 1.0))
+        if bad.size:
+            row = int(bad[0])
+            raise TasksetError(f"{where}: {_row_label(table, row)}, column {name!r}: pass rate "
+                               f"{values[row]!r} outside [0, 1] ({bad.size} such row(s) in all)")
+        out[:, j] = values
+    return out
+
+
+def convert_guru(table: pa.Table, options: GuruOptions | None = None,
+                 source: str = "input") -> tuple[dict[str, pd.DataFrame], ConversionReport]:
+    """Convert raw guru math rows into taskset splits and a report of every row.
+
+    ``table`` has guru's raw columns: ``prompt`` (list of {role, content}), ``reward_model``
+    ({ground_truth, style}), the pass-rate columns, and optionally ``data_source`` and
+    ``extra_info`` ({index}). Per row, as in the reference conversion,
+    ``question = prompt[0].content`` without :data:`BOXED_SENTENCE`, stripped, and
+    ``answer = "#### " + ground_truth``. Then, in order, each dropped row counted once
+    under its first reason: empty prompt, empty question, missing ground truth; missing
+    pass rates (dropped or imputed, ``options.missing_pass_rate``); exact-duplicate
+    questions (later copies). Kept rows carry ``source_row`` (input row number),
+    ``source_index`` (``extra_info.index``) and ``data_source`` when present.
+    Vectorised with pyarrow/numpy: 54k rows convert in well under a second.
+    """
+    options = options or GuruOptions()
+    options.check()
+    where = str(source)
+    n = table.num_rows
+    for name in ("prompt", "reward_model"):
+        if name not in table.column_names:
+            raise TasksetError(f"{where}: missing column {name!r}; columns present: "
+                               f"{', '.join(table.column_names)} (is this guru's raw schema?)")
+    report = ConversionReport(source=where, rows_in=n, dropped=dict.fromkeys(DROP_REASONS, 0),
+                              dropped_rows={r: [] for r in DROP_REASONS})
+    rates = _pass_rate_matrix(table, options.pass_rate_columns, where)
+
+    content = _first_message_content(_combined(table.column("prompt")), n, where)
+    has_prompt = ~pd.isna(content)
+    question = clean_question(pa.array(content, pa.string()))
+    truth = pc.utf8_trim_whitespace(_ground_truth(_combined(table.column("reward_model")), where))
+
+    reason = np.full(n, "", dtype=object)
+
+    def mark(mask: np.ndarray, why: str) -> None:
+        mask = mask & (reason == "")
+        reason[mask] = why
+        report.dropped[why] += int(mask.sum())
+        report.dropped_rows.setdefault(why, []).extend(np.flatnonzero(mask).tolist())
+
+    blank = pc.fill_null(pc.equal(question, ""), True).to_numpy(zero_copy_only=False)
+    no_truth = pc.fill_null(pc.equal(truth, ""), True).to_numpy(zero_copy_only=False)
+    mark(~has_prompt, DROP_EMPTY_PROMPT)
+    mark(blank, DROP_EMPTY_QUESTION)
+    mark(no_truth, DROP_MISSING_TRUTH)
+
+    # Missing pass rates: drop or impute, counted either way.
+    valid = reason == ""
+    missing = np.isnan(rates)
+    for j, name in enumerate(options.pass_rate_columns):
+        report.missing_pass_rates[name] = int((missing[:, j] & valid).sum())
+    if options.missing_pass_rate == "drop":
+        mark(missing.any(axis=1), DROP_MISSING_PASS_RATE)
+    else:
+        for j, name in enumerate(options.pass_rate_columns):
+            rows = missing[:, j] & valid
+            if not rows.any():
+                continue
+            present = rates[valid & ~missing[:, j], j]
+            if options.missing_pass_rate == "constant":
+                value = float(options.fill_value)
+            elif present.size == 0:
+                raise TasksetError(f"{where}: column {name!r} has no values to take the "
+                                   f"{options.missing_pass_rate} of; use --fill-value")
+            else:
+                value = float(np.mean(present) if options.missing_pass_rate == "mean"
+                              else np.median(present))
+            rates[rows, j] = value
+            report.imputed[name] = {"rule": options.missing_pass_rate, "value": value,
+                                    "rows": int(rows.sum())}
+
+    frame = pd.DataFrame({
+        QUESTION: question.to_numpy(zero_copy_only=False),
+        ANSWER: pc.binary_join_element_wise(ANSWER_PREFIX, truth, "").to_numpy(
+            zero_copy_only=False),
+    })
+    for j, name in enumerate(options.pass_rate_columns):
+        frame[name] = rates[:, j]
+    if "data_source" in table.column_names:
+        frame["data_source"] = table.column("data_source").to_numpy(zero_copy_only=False)
+    if "extra_info" in table.column_names:
+        info = _combined(table.column("extra_info"))
+        if pa.types.is_struct(info.type) and info.type.get_field_index("index") >= 0:
+            idx = pc.struct_field(info, "index")
+            frame["source_index"] = pd.array(
+                pc.if_else(info.is_null(), pa.scalar(None, idx.type), idx)
+                .to_numpy(zero_copy_only=False))
+    for name in options.keep_columns:
+        if name not in table.column_names:
+            raise TasksetError(f"{where}: --keep-columns names {name!r}, which is not a column")
+        frame[name] = table.column(name).to_pandas()
+    frame.insert(2, "source_row", np.arange(n, dtype=np.int64))
+
+    # Exact duplicates among the rows still kept (first copy wins).
+    alive = frame[reason == ""]
+    dup = alive.duplicated(QUESTION, keep="first")
+    groups = alive[alive[QUESTION].isin(alive.loc[dup, QUESTION])]
+    report.duplicates = {
+        "rows": int(dup.sum()),
+        "groups": int(groups[QUESTION].nunique()),
+        "conflicting_groups": int((groups.groupby(QUESTION)[ANSWER].nunique() > 1).sum()),
+        "action": "dropped" if options.drop_duplicates else "kept",
+    }
+    if options.drop_duplicates:
+        mark(frame.index.isin(alive.index[dup.to_numpy()]), DROP_DUPLICATE)
+
+    kept = frame[reason == ""].reset_index(drop=True)
+    splits = split_train_validation(kept, options.val_fraction, options.seed)
+    report.rows_out = len(kept)
+    report.splits = {s: len(f) for s, f in splits.items()}
+    report.check()
+    return splits, report
+
+
+def split_train_validation(frame: pd.DataFrame, val_fraction: float,
+                           seed: int) -> dict[str, pd.DataFrame]:
+    """Deterministic split: ``round(val_fraction * n)`` rows, picked by a seeded permutation.
+
+    Both parts keep the input order, so the same input, fraction and seed always give the
+    same files.
+    """
+    n_val = int(round(val_fraction * len(frame)))
+    if n_val == 0:
+        return {"train": frame}
+    if n_val >= len(frame):
+        raise TasksetError(f"val_fraction={val_fraction} leaves no training rows out of "
+                           f"{len(frame)}")
+    rng = np.random.default_rng(np.random.SeedSequence(seed))
+    is_val = np.zeros(len(frame), dtype=bool)
+    is_val[rng.permutation(len(frame))[:n_val]] = True
+    return {"train": frame[~is_val].reset_index(drop=True),
+            "validation": frame[is_val].reset_index(drop=True)}
+
+
+MAX_LISTED_ROWS = 1000
+
+
+def _provenance(kind: str, source: str, input_path: Path | None, options: Any,
+                report: ConversionReport | None, **extra: Any) -> dict[str, Any]:
+    prov: dict[str, Any] = {"kind": kind, "source": source}
+    if input_path is not None:
+        prov["input_file"] = str(input_path)
+        prov["input_sha256"] = sha256_file(input_path)
+    prov["options"] = asdict(options) if hasattr(options, "__dataclass_fields__") else options
+    if report is not None:
+        counts = {k: v for k, v in report.to_dict().items() if k != "source"}
+        # Input row numbers of dropped rows, so any drop can be traced back (capped).
+        counts["dropped_rows"] = {r: rows[:MAX_LISTED_ROWS]
+                                  for r, rows in report.dropped_rows.items()}
+        if any(len(rows) > MAX_LISTED_ROWS for rows in report.dropped_rows.values()):
+            counts["dropped_rows_note"] = f"at most {MAX_LISTED_ROWS} rows listed per reason"
+        prov["counts"] = counts
+    prov.update(extra)
+    prov["versions"] = _versions()
+    return prov
+
+
+def prepare_guru(input_path: str | Path | None = None, out_dir: str | Path = paths.GURU_DIR,
+                 options: GuruOptions | None = None, hub_timeout: float = 10.0,
+                 progress: bool = False) -> ConversionReport:
+    """Read guru's math file (``input_path``, or the hub when None), convert and save it.
+
+    Writes ``<out_dir>/train.parquet`` (+ ``validation.parquet`` when asked) and
+    ``provenance.json`` (source, input sha256, options, counts, versions).
+    """
+    from tqdm import tqdm
+
+    options = options or GuruOptions()
+    options.check()
+    if input_path is not None and not Path(input_path).is_file():
+        raise TasksetError(f"{input_path}: no such input file")
+    # leave=False: the bar erases itself, so an error below stays a single line.
+    with tqdm(total=4, desc="prepare-data", disable=not progress, unit="step",
+              leave=False) as bar:
+        if input_path is None:
+            bar.set_postfix_str("download")
+            input_path = download_from_hub(GURU_REPO, GURU_FILE, timeout=hub_timeout)
+            source = f"hf://datasets/{GURU_REPO}/{GURU_FILE}"
+        else:
+            source = str(input_path)
+        input_path = Path(input_path)
+        bar.update()
+        bar.set_postfix_str("read")
+        wanted = ["prompt", "reward_model", "data_source", "extra_info",
+                  *options.pass_rate_columns, *options.keep_columns]
+        table = read_raw_table(input_path, columns=wanted)
+        bar.update()
+        bar.set_postfix_str("convert")
+        splits, report = convert_guru(table, options, source=str(input_path))
+        bar.update()
+        bar.set_postfix_str("write")
+        prov = _provenance("guru-math", source, input_path, options, report)
+        save_taskset(splits, out_dir, prov, feature_keys=options.pass_rate_columns)
+        bar.update()
+    return report
+
+
+def prepare_data_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", type=Path, metavar="PATH",
+                        help="local copy of guru's train/math__combined_54.4k.parquet (or a "
+                             "jsonl in the same raw schema); default: download from the hub")
+    parser.add_argument("--out", type=Path, default=paths.GURU_DIR, metavar="DIR",
+                        help="taskset directory to write (default: %(default)s)")
+    parser.add_argument("--pass-rate-columns", nargs="*", default=list(GURU_PASS_RATE_KEYS),
+                        metavar="COL", help="pass-rate columns to keep, weak model first "
+                                            "(default: %(default)s)")
+    parser.add_argument("--missing-pass-rate", choices=MISSING_PASS_RATE_POLICIES, default="drop",
+                        help="rows with a NaN/missing pass rate: drop them, or impute the "
+                             "column's mean/median over the valid rows, or a constant "
+                             "(--fill-value) (default: %(default)s)")
+    parser.add_argument("--fill-value", type=float, metavar="P",
+                        help="the value for --missing-pass-rate constant, in [0, 1]")
+    parser.add_argument("--keep-duplicates", action="store_true",
+                        help="keep exact-duplicate questions (they are reported either way)")
+    parser.add_argument("--val-fraction", type=float, default=0.0, metavar="F",
+                        help="share of rows for a validation split (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the split (default: 0)")
+    parser.add_argument("--keep-columns", nargs="*", default=[], metavar="COL",
+                        help="further raw columns to copy through")
+    parser.add_argument("--hub-timeout", type=float, default=10.0, metavar="S",
+                        help="seconds to wait for the hub (default: %(default)s)")
+
+
+def _fail(exc: Exception) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    return 2
+
+
+def prepare_data_command(args: argparse.Namespace) -> int:
+    options = GuruOptions(pass_rate_columns=tuple(args.pass_rate_columns),
+                          missing_pass_rate=args.missing_pass_rate, fill_value=args.fill_value,
+                          drop_duplicates=not args.keep_duplicates,
+                          val_fraction=args.val_fraction, seed=args.seed,
+                          keep_columns=tuple(args.keep_columns))
+    try:
+        report = prepare_guru(args.input, args.out, options, hub_timeout=args.hub_timeout,
+                              progress=True)
+    except (TasksetError, HubUnavailable) as exc:
+        return _fail(exc)
+    print(format_report(report))
+    print(f"wrote {args.out}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------
+# AIME-24 eval set
+# --------------------------------------------------------------------------------------
+
+QUESTION_COLUMN_CANDIDATES = ("question", "problem", "prompt", "input", "query")
+ANSWER_COLUMN_CANDIDATES = ("answer", "final_answer", "expected_answer", "ground_truth",
+                            "target", "label")
+ID_COLUMN_CANDIDATES = ("id", "problem_id", "idx", "uid")
+
+
+def _pick_column(columns: Sequence[str], given: str | None, candidates: Sequence[str],
+                 role: str, where: str) -> str | None:
+    """The column named ``given``, else the first candidate present (case-insensitive)."""
+    if given is not None:
+        if given not in columns:
+            raise TasksetError(f"{where}: {role} column {given!r} not found; columns: "
+                               f"{', '.join(columns)}")
+        return given
+    lower = {c.lower(): c for c in columns}
+    for cand in candidates:
+        if cand in lower:
+            return lower[cand]
+    return None
+
+
+def boxed_content(text: str) -> str | None:
+    """The content of the last ``\\boxed{...}`` in ``text`` (brace-matched), or None."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    i, depth = start + len("\\boxed{"), 1
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i:j]
+    return None
+
+
+def normalize_answer(value: Any) -> str | None:
+    """An answer cell as the truth string of ``"#### <truth>"``, or None when empty.
+
+    Numbers print as integers when integral; ``\\boxed{x}``, surrounding ``$`` and a
+    leading ``####`` are unwrapped; all-digit answers lose leading zeros (AIME answers
+    are integers 0-999, sometimes written ``033``).
+    """
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return str(int(value)) if float(value).is_integer() else repr(float(value))
+    text = str(value).strip()
+    boxed = boxed_content(text)
+    if boxed is not None:
+        text = boxed.strip()
+    if text.startswith("####"):
+        text = text[4:].strip()
+    text = text.strip("$").strip()
+    if text.isdigit():
+        text = str(int(text))
+    return text or None
+
+
+@dataclass
+class AimeOptions:
+    """Column mapping for :func:`convert_aime` (None: detect from common names)."""
+
+    question_column: str | None = None
+    answer_column: str | None = None
+    id_column: str | None = None
+    drop_duplicates: bool = True
+
+
+def convert_aime(table: pa.Table, options: AimeOptions | None = None,
+                 source: str = "input") -> tuple[pd.DataFrame, ConversionReport]:
+    """Map a problem/answer table onto the taskset schema (the eval split).
+
+    Columns are found by ``options`` or, when unset, by common names (``problem``,
+    ``question``, ... and ``answer``, ``final_answer``, ...; case-insensitive). Answers
+    go through :func:`normalize_answer`; rows with an empty question or answer and later
+    duplicate questions are dropped and counted. Kept rows carry ``source_row`` and, when an
+    id column exists, ``source_id``.
+    """
+    options = options or AimeOptions()
+    where = str(source)
+    cols = table.column_names
+    qcol = _pick_column(cols, options.question_column, QUESTION_COLUMN_CANDIDATES,
+                        "question", where)
+    acol = _pick_column(cols, options.answer_column, ANSWER_COLUMN_CANDIDATES, "answer", where)
+    if qcol is None or acol is None:
+        role = "question" if qcol is None else "answer"
+        raise TasksetError(f"{where}: no {role} column found among {', '.join(cols)}; pass "
+                           f"--{role}-column NAME")
+    icol = _pick_column(cols, options.id_column, ID_COLUMN_CANDIDATES, "id", where)
+    n = table.num_rows
+    reasons = (DROP_EMPTY_QUESTION, DROP_MISSING_TRUTH, DROP_DUPLICATE)
+    report = ConversionReport(source=where, rows_in=n, dropped=dict.fromkeys(reasons, 0),
+                              dropped_rows={r: [] for r in reasons})
+    qarr = table.column(qcol)
+    if not _is_text(qarr.type):
+        qarr = pc.cast(qarr, pa.string())
+    question = clean_question(_combined(qarr)).to_numpy(zero_copy_only=False)
+    truths = [normalize_answer(v) for v in table.column(acol).to_pylist()]  # 30-ish rows
+    frame = pd.DataFrame({
+        QUESTION: question,
+        ANSWER: [None if t is None else ANSWER_PREFIX + t for t in truths],
+        "source_row": np.arange(n, dtype=np.int64),
+    })
+    if icol is not None:
+        frame["source_id"] = [None if v is None else str(v) for v in table.column(icol).to_pylist()]
+    reason = np.full(n, "", dtype=object)
+
+    def mark(mask: np.ndarray, why: str) -> None:
+        mask = mask & (reason == "")
+        reason[mask] = why
+        report.dropped[why] += int(mask.sum())
+        report.dropped_rows.setdefault(why, []).extend(np.flatnonzero(mask).tolist())
+
+    mark(frame[QUESTION].isna().to_numpy() | (frame[QUESTION].fillna("") == "").to_numpy(),
+         DROP_EMPTY_QUESTION)
+    mark(frame[ANSWER].isna().to_numpy(), DROP_MISSING_TRUTH)
+    alive = frame[reason == ""]
+    dup = alive.duplicated(QUESTION, keep="first")
+    report.duplicates = {"rows": int(dup.sum()),
+                         "groups": int(alive.loc[dup, QUESTION].nunique()),
+                         "conflicting_groups": int(
+                             (alive[alive[QUESTION].isin(alive.loc[dup, QUESTION])]
+                              .groupby(QUESTION)[ANSWER].nunique() > 1).sum()),
+                         "action": "dropped" if options.drop_duplicates else "kept"}
+    if options.drop_duplicates:
+        mark(frame.index.isin(alive.index[dup.to_numpy()]), DROP_DUPLICATE)
+    kept = frame[reason == ""].reset_index(drop=True)
+    report.rows_out = len(kept)
+    report.splits = {"test": len(kept)}
+    report.notes.append(f"columns used: question={qcol!r}, answer={acol!r}, id={icol!r}")
+    report.check()
+    return kept, report
+
+
+def prepare_aime(input_path: str | Path | None = None, out_dir: str | Path = paths.AIME24_DIR,
+                 options: AimeOptions | None = None, hub_repo: str = AIME_REPO,
+                 hub_timeout: float = 10.0) -> ConversionReport:
+    """Build the AIME-24 eval taskset (``<out_dir>/test.parquet``) from a file or the hub."""
+    options = options or AimeOptions()
+    if input_path is None:
+        snapshot = download_from_hub(hub_repo, timeout=hub_timeout,
+                                     what_instead="--input PATH (jsonl/parquet/csv with problem "
+                                                  "and answer columns)")
+        files = sorted(p for p in snapshot.rglob("*") if p.suffix in (".parquet", ".jsonl"))
+        if not files:
+            raise TasksetError(f"{snapshot}: the hub snapshot of {hub_repo} holds no data files")
+        table = pa.concat_tables([read_raw_table(f) for f in files], promote_options="default")
+        source, input_file = f"hf://datasets/{hub_repo}", files[0] if len(files) == 1 else None
+    else:
+        input_file = Path(input_path)
+        table = read_raw_table(input_file)
+        source = str(input_file)
+    frame, report = convert_aime(table, options, source=source)
+    if report.rows_out != 30:
+        report.notes.append(f"AIME 2024 has 30 problems; this set has {report.rows_out}")
+    save_taskset({"test": frame}, out_dir,
+                 _provenance("aime", source, input_file, options, report))
+    return report
+
+
+def prepare_aime_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", type=Path, metavar="PATH",
+                        help="local jsonl/parquet/csv with problem and answer columns; "
+                             "default: download from the hub")
+    parser.add_argument("--out", type=Path, default=paths.AIME24_DIR, metavar="DIR",
+                        help="taskset directory; the split is test (default: %(default)s)")
+    parser.add_argument("--question-column", metavar="NAME",
+                        help=f"problem text column (default: first of "
+                             f"{', '.join(QUESTION_COLUMN_CANDIDATES)}; any case)")
+    parser.add_argument("--answer-column", metavar="NAME",
+                        help=f"answer column (default: first of "
+                             f"{', '.join(ANSWER_COLUMN_CANDIDATES)}; any case)")
+    parser.add_argument("--id-column", metavar="NAME", help="problem id column (optional)")
+    parser.add_argument("--keep-duplicates", action="store_true",
+                        help="keep exact-duplicate problems (reported either way)")
+    parser.add_argument("--hub-repo", default=AIME_REPO,
+                        help="hub dataset repo to download (default: %(default)s)")
+    parser.add_argument("--hub-timeout", type=float, default=10.0, metavar="S",
+                        help="seconds to wait for the hub (default: %(default)s)")
+
+
+def prepare_aime_command(args: argparse.Namespace) -> int:
+    options = AimeOptions(question_column=args.question_column,
+                          answer_column=args.answer_column, id_column=args.id_column,
+                          drop_duplicates=not args.keep_duplicates)
+    try:
+        report = prepare_aime(args.input, args.out, options, hub_repo=args.hub_repo,
+                              hub_timeout=args.hub_timeout)
+    except (TasksetError, HubUnavailable) as exc:
+        return _fail(exc)
+    print(format_report(report))
+    print(f"wrote {args.out / 'test.parquet'}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------
+# Bundled arithmetic taskset
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ArithmeticLevel:
+    """One difficulty level of the generator.
+
+    ``n_terms`` operands joined by operators drawn from ``ops``; ``+``/``-`` operands lie in
+    [``min_operand``, ``max_operand``], ``*`` operands in [2, min(12, ``max_operand``)].
+    ``word_share`` of the tasks are phrased as a short story read left to right, the rest
+    as a bare expression with the usual precedence.
+    """
+
+    difficulty: int
+    n_terms: int
+    min_operand: int
+    max_operand: int
+    ops: str
+    word_share: float
+
+
+# From "What is 3 + 4?" (a 135M model sometimes gets it) to five 3-digit terms with
+# products (it never does): single-digit sums, single-digit differences, sums and
+# differences up to 20, two-digit sums, three single-digit terms, then products and longer
+# chains. Levels 0-2 are deliberately common in train.
+ARITHMETIC_LEVELS = (
+    ArithmeticLevel(0, 2, 1, 9, "+", 0.3),
+    ArithmeticLevel(1, 2, 1, 9, "-", 0.5),
+    ArithmeticLevel(2, 2, 10, 20, "+-", 0.5),
+    ArithmeticLevel(3, 2, 10, 99, "+", 0.3),
+    ArithmeticLevel(4, 3, 1, 9, "+-", 0.5),
+    ArithmeticLevel(5, 3, 1, 50, "+-*", 0.5),
+    ArithmeticLevel(6, 4, 10, 99, "+-*", 0.5),
+    ArithmeticLevel(7, 5, 100, 999, "+-*", 0.5),
+)
+TRAIN_LEVEL_SHARES = (0.18, 0.16, 0.14, 0.14, 0.12, 0.10, 0.08, 0.08)
+# The held-out eval set is skewed harder, as AIME is for a large model.
+TEST_LEVEL_SHARES = (0.04, 0.06, 0.08, 0.12, 0.15, 0.17, 0.18, 0.20)
+
+_NAMES = ("Mia", "Leo", "Ava", "Noah", "Zoe", "Omar", "Lena", "Ravi", "Ines", "Tom", "Yuki",
+          "Sara", "Ben", "Nia", "Hugo", "Maya")
+_ITEMS = ("apples", "marbles", "stickers", "pencils", "coins", "books", "cards", "shells",
+          "cookies", "stamps", "beads", "buttons", "eggs", "paper cranes", "seeds", "toy cars")
+_BARE = ("What is {e}?", "Compute {e}.", "Calculate {e}.", "Evaluate {e}.", "{e} = ?",
+         "Work out {e}.")
+_BARE_SUM = ("What is the sum of {a} and {b}?", "Add {a} and {b}.")
+_BARE_DIFF = ("What is {a} minus {b}?", "Subtract {b} from {a}.")
+_START = ("{n} has {a} {i}.", "There are {a} {i} in {n}'s box.")
+_STEP = {
+    "+": ("{n} gets {b} more.", "{n} buys {b} more {i}.", "A friend gives {n} {b} more {i}.",
+          "{n} finds {b} more {i}."),
+    "-": ("{n} gives away {b}.", "{n} loses {b} {i}.", "{n} uses {b} of them."),
+    "*": ("Then the number of {i} becomes {b} times as large.",
+          "{n} ends up with {b} times as many {i} as before."),
+}
+_ASK = ("How many {i} does {n} have now?", "How many {i} does {n} have in the end?")
+_SYMBOL = {"+": "+", "-": "-", "*": "×"}
+
+
+def _pick(rng: np.random.Generator, options: Sequence[str]) -> str:
+    return options[int(rng.integers(len(options)))]
+
+
+def _operand(rng: np.random.Generator, level: ArithmeticLevel, op: str,
+             cap: int | None = None) -> int:
+    if op == "*":
+        return int(rng.integers(2, min(12, level.max_operand) + 1))
+    hi = level.max_operand if cap is None else min(level.max_operand, cap)
+    return int(rng.integers(level.min_operand, hi + 1))
+
+
+def _evaluate(terms: Sequence[int], ops: Sequence[str]) -> int:
+    """Value of ``terms[0] ops[0] terms[1] ...`` with ``*`` before ``+``/``-``."""
+    sums, signs = [terms[0]], []
+    for op, t in zip(ops, terms[1:], strict=True):
+        if op == "*":
+            sums[-1] *= t
+        else:
+            sums.append(t)
+            signs.append(op)
+    total = sums[0]
+    for op, t in zip(signs, sums[1:], strict=True):
+        total = total + t if op == "+" else total - t
+    return total
+
+
+def _bare_task(rng: np.random.Generator, level: ArithmeticLevel) -> tuple[str, str, int]:
+    for _ in range(1000):
+        ops = [_pick(rng, level.ops) for _ in range(level.n_terms - 1)]
+        terms = [_operand(rng, level, "+")] + [_operand(rng, level, op) for op in ops]
+        value = _evaluate(terms, ops)
+        if value >= 0:
+            break
+    else:  # pragma: no cover - the levels above never get here
+        raise RuntimeError(f"level {level.difficulty}: no non-negative expression found")
+    expr = " ".join([str(terms[0])] + [f"{op} {t}" for op, t in zip(ops, terms[1:], strict=True)])
+    shown = " ".join([str(terms[0])] + [f"{_SYMBOL[op]} {t}"
+                                        for op, t in zip(ops, terms[1:], strict=True)])
+    templates = _BARE + {"+": _BARE_SUM, "-": _BARE_DIFF}.get("".join(ops), ())
+    text = _pick(rng, templates).format(e=shown, a=terms[0], b=terms[1] if len(terms) > 1 else "")
+    return text, expr, value
+
+
+def _word_task(rng: np.random.Generator, level: ArithmeticLevel) -> tuple[str, str, int]:
+    name, item = _pick(rng, _NAMES), _pick(rng, _ITEMS)
+    total = _operand(rng, level, "+")
+    parts = [_pick(rng, _START).format(n=name, a=total, i=item)]
+    expr = str(total)
+    for _ in range(level.n_terms - 1):
+        op = _pick(rng, level.ops)
+        if op == "-" and total < max(level.min_operand, 1):
+            op = "+"  # a story cannot take away more than there is
+        b = _operand(rng, level, op, cap=total if op == "-" else None)
+        total = total + b if op == "+" else total - b if op == "-" else total * b
+        parts.append(_pick(rng, _STEP[op]).format(n=name, b=b, i=item))
+        expr = f"({expr} {op} {b})"
+    parts.append(_pick(rng, _ASK).format(n=name, i=item))
+    return " ".join(parts), expr, total
+
+
+def level_table(levels: Sequence[ArithmeticLevel] = ARITHMETIC_LEVELS) -> pd.DataFrame:
+    """The generator's levels with their train/test shares, one row per level."""
+    frame = pd.DataFrame([asdict(lv) for lv in levels]).set_index("difficulty")
+    frame["train_share"] = TRAIN_LEVEL_SHARES[: len(frame)]
+    frame["test_share"] = TEST_LEVEL_SHARES[: len(frame)]
+    return frame
+
+
+def level_counts(n: int, shares: Sequence[float]) -> list[int]:
+    """Split ``n`` tasks over levels by ``shares`` (largest remainder; sums to ``n``)."""
+    raw = np.asarray(shares, dtype=float) / float(np.sum(shares)) * n
+    counts = np.floor(raw).astype(int)
+    order = np.argsort(-(raw - counts), kind="stable")
+    counts[order[: n - counts.sum()]] += 1
+    return counts.tolist()
+
+
+def task_id(question: str) -> str:
+    """A stable id derived from the question text (same question, same id, any seed)."""
+    return "arith-" + hashlib.sha1(question.encode()).hexdigest()[:10]
+
+
+def generate_arithmetic(n_train: int = 2000, n_test: int = 200, seed: int = ARITHMETIC_SEED,
+                        levels: Sequence[ArithmeticLevel] = ARITHMETIC_LEVELS,
+                        train_shares: Sequence[float] = TRAIN_LEVEL_SHARES,
+                        test_shares: Sequence[float] = TEST_LEVEL_SHARES,
+                        progress: bool = False) -> dict[str, pd.DataFrame]:
+    """Generate the arithmetic taskset: ``{"train": frame, "test": frame}``, deterministic.
+
+    Each split draws its level counts from its shares (test skews harder), then tasks one by
+    one from a ``numpy`` Generator spawned from ``SeedSequence(seed)``; a question already
+    used in either split is redrawn, so all questions are distinct and test is disjoint
+    from train. Rows come shuffled. Columns: ``task_id, question, answer, difficulty,
+    n_terms, min_operand, max_operand, ops, word_problem, expression`` (``expression`` is a
+    Python expression whose value is the answer; word problems nest left to right).
+    """
+    from tqdm import tqdm
+
+    if len(train_shares) != len(levels) or len(test_shares) != len(levels):
+        raise ValueError("one share per level is needed")
+    streams = np.random.SeedSequence(seed).spawn(2)
+    seen: set[str] = set()
+    out = {}
+    bar = tqdm(total=n_train + n_test, desc="generate-arithmetic", disable=not progress)
+    for (split, n, shares), ss in zip((("train", n_train, train_shares),
+                                       ("test", n_test, test_shares)), streams, strict=True):
+        rng = np.random.default_rng(ss)
+        rows = []
+        for level, count in zip(levels, level_counts(n, shares), strict=True):
+            for _ in range(count):
+                for _attempt in range(10_000):
+                    word = bool(rng.random() < level.word_share)
+                    text, expr, value = (_word_task if word else _bare_task)(rng, level)
+                    if text not in seen:
+                        break
+                else:
+                    raise RuntimeError(f"level {level.difficulty}: ran out of distinct tasks; "
+                                       "lower its share")
+                seen.add(text)
+                rows.append({"task_id": task_id(text), QUESTION: text,
+                             ANSWER: f"{ANSWER_PREFIX}{value}", "difficulty": level.difficulty,
+                             "n_terms": level.n_terms, "min_operand": level.min_operand,
+                             "max_operand": level.max_operand, "ops": level.ops,
+                             "word_problem": word, "expression": expr})
+                bar.update()
+        frame = pd.DataFrame(rows)
+        frame = frame.iloc[rng.permutation(len(frame))].reset_index(drop=True)
+        out[split] = frame.astype({"difficulty": "int64", "n_terms": "int64",
+                                   "min_operand": "int64", "max_operand": "int64",
+                                   "word_problem": "bool"})
+    bar.close()
+    return out
+
+
+GENERATOR_COLUMNS = ("task_id", QUESTION, ANSWER, "difficulty", "n_terms", "min_operand",
+                     "max_operand", "ops", "word_problem", "expression")
+
+
+def write_arithmetic(out_dir: str | Path = paths.ARITHMETIC_DIR, n_train: int = 2000,
+                     n_test: int = 200, seed: int = ARITHMETIC_SEED, force: bool = False,
+                     progress: bool = False) -> dict[str, pd.DataFrame]:
+    """Generate and save the arithmetic taskset (``train.parquet``, ``test.parquet``).
+
+    Refuses to overwrite a taskset that already carries measured columns (anything beyond
+    the generator's) unless ``force``: those measurements took hours of model time.
+    """
+    out_dir = Path(out_dir)
+    if not force:
+        for split in ("train", "test"):
+            file = out_dir / f"{split}.parquet"
+            if file.is_file():
+                extra = [c for c in pq.read_schema(file).names if c not in GENERATOR_COLUMNS]
+                if extra:
+                    raise TasksetError(f"{file}: holds measured column(s) {', '.join(extra)} "
+                                       "that regenerating would lose; pass --force or "
+                                       "choose another --out")
+    splits = generate_arithmetic(n_train, n_test, seed, progress=progress)
+    counts = {s: {str(k): int(v) for k, v in f["difficulty"].value_counts().sort_index().items()}
+              for s, f in splits.items()}
+    prov = {
+        "kind": "arithmetic",
+        "source": "generated by mathagent.tasks.generate_arithmetic",
+        "command": f"python -m mathagent generate-arithmetic --n-train {n_train} "
+                   f"--n-test {n_test} --seed {seed}",
+        "options": {"n_train": n_train, "n_test": n_test, "seed": seed},
+        "levels": [asdict(lv) for lv in ARITHMETIC_LEVELS],
+        "level_shares": {"train": list(TRAIN_LEVEL_SHARES), "test": list(TEST_LEVEL_SHARES)},
+        "counts": {"rows": {s: len(f) for s, f in splits.items()}, "by_difficulty": counts},
+        "feature_columns": {"weak": WEAK_KEY, "strong": STRONG_KEY,
+                            "status": "not measured yet (python -m mathagent measure-pass-rates)"},
+        "versions": {"mathagent": __version__},
+    }
+    save_taskset(splits, out_dir, prov)
+    return splits
+
+
+def generate_arithmetic_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=paths.ARITHMETIC_DIR, metavar="DIR",
+                        help="taskset directory (default: %(default)s)")
+    parser.add_argument("--n-train", type=int, default=2000, help="train tasks (default: 2000)")
+    parser.add_argument("--n-test", type=int, default=200,
+                        help="held-out eval tasks, skewed harder (default: 200)")
+    parser.add_argument("--seed", type=int, default=ARITHMETIC_SEED,
+                        help=f"generator seed (default: {ARITHMETIC_SEED}, the bundled data)")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite a taskset that already has measured columns")
+
+
+def generate_arithmetic_command(args: argparse.Namespace) -> int:
+    try:
+        splits = write_arithmetic(args.out, args.n_train, args.n_test, args.seed,
+                                  force=args.force, progress=True)
+    except TasksetError as exc:
+        return _fail(exc)
+    for split, frame in splits.items():
+        levels = frame["difficulty"].value_counts().sort_index()
+        print(f"{split}: {len(frame)} tasks; by difficulty "
+              + ", ".join(f"{k}: {v}" for k, v in levels.items()))
+    print(f"wrote {args.out}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------
+# Difficulty landscape (data side; figures live in mathagent.dataplots)
+# --------------------------------------------------------------------------------------
+
+def informative_probability(p: np.ndarray | float, n: int) -> np.ndarray:
+    """Chance that ``n`` rollouts of a task with pass rate ``p`` do not all agree.
+
+    GRPO normalises rewards within a group of ``n`` rollouts; when all ``n`` are right
+    (prob ``p**n``) or all wrong (``(1-p)**n``) every advantage is zero and the task
+    teaches nothing. Shape follows ``p``.
+    """
+    p = np.asarray(p, dtype=float)
+    return 1.0 - p**n - (1.0 - p) ** n
+
+
+def pass_rate_summary(frame: pd.DataFrame, columns: Sequence[str] | None = None,
+                      group_size: int = 8) -> pd.DataFrame:
+    """One row per pass-rate column: mean, share at exactly 0 and 1, and GRPO signal.
+
+    ``informative`` is the mean of :func:`informative_probability` over tasks: the
+    expected share of groups of ``group_size`` rollouts with a non-zero advantage.
+    """
+    columns = list(columns) if columns is not None else pass_rate_columns(frame.columns)
+    rows = []
+    for name in columns:
+        p = frame[name].to_numpy(dtype=float)
+        rows.append({"column": name, "tasks": len(p), "mean": float(np.mean(p)),
+                     "share_0": float(np.mean(p == 0.0)), "share_1": float(np.mean(p == 1.0)),
+                     "share_between": float(np.mean((p > 0.0) & (p < 1.0))),
+                     f"informative_n{group_size}": float(
+                         np.mean(informative_probability(p, group_size)))})
+    return pd.DataFrame(rows).set_index("column")
+
+
+def difficulty_correlations(frame: pd.DataFrame, features: Sequence[str],
+                            params: Sequence[str] = ("difficulty", "n_terms", "max_operand",
+                                                     "word_problem")) -> pd.DataFrame:
+    """Spearman correlation of each pass-rate column (columns) with each generator parameter
+    (rows); how well the generator's knobs predict measured difficulty."""
+    present = [p for p in params if p in frame.columns]
+    data = frame[list(features) + present].astype(float)
+    return data.corr(method="spearman").loc[present, list(features)]
+
