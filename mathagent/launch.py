@@ -1,0 +1,1413 @@
+"""Trinity-RFT training: configs, preflight, a local Ray head and ``agentscope.tuner.tune()``.
+
+``python -m mathagent train --config configs/config_difficulty.yaml`` does what the reference
+launcher (``main.py`` of the AgentScope "data augment" example) does, with checks around it:
+
+1. **Load** the YAML through Trinity-RFT's own loader (``trinity.common.config.load_config``,
+   an OmegaConf structured merge), after applying ``KEY=VALUE`` overrides from the command
+   line and resolving relative dataset paths against the repository root. An unknown key or
+   a value of the wrong type fails here with one line naming the key.
+2. **Python-side settings.** The reference builds a ``TunerModelConfig`` and an
+   ``AlgorithmConfig`` in Python and ``tune()`` writes them over the YAML. Here they default
+   to the reference's values (:data:`REFERENCE_MODEL`, :data:`REFERENCE_ALGORITHM`); a config
+   may carry its own in a top-level ``tuner:`` block (removed before Trinity reads the file).
+   They are applied with the very function ``tune()`` uses (agentscope 1.0.21:
+   ``agentscope.tuner._config._to_trinity_config``), so the overridden values printed are
+   exactly the ones training would see.
+3. **Preflight**: every problem gets one message naming the setting at fault (GPU count,
+   vllm, Ray, model path, tasksets and their feature columns, NaN features, the BOTS ``m``
+   against the group size, selector and operator names), then Trinity's full
+   ``Config.check_and_update()``.
+4. **Launch**: print the resolved config and the difference from the sibling run (random
+   vs difficulty-based), then call ``agentscope.tuner.tune()`` with
+   :func:`mathagent.agent.run_react_agent` and :func:`mathagent.judge.gsm8k_judge`.
+
+``--dry-run`` stops before step 4's ``tune()``. It checks everything that does not need the
+launch machine's GPUs (``check_and_update()`` included, with a Ray head it starts and stops
+itself when none is reachable) and lists what it could not check as requirements of the
+launch machine. ``tune()`` itself imports vllm (through Trinity's explorer), which is why
+real training cannot start on a CPU machine.
+
+``python -m mathagent ray {start,stop,status}`` and :func:`local_ray_head` manage a local Ray
+head. Processes are stopped by the process group and ids recorded at start, never by name,
+so other Ray clusters on the same machine are left alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import copy
+import importlib.util
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from mathagent import paths
+
+# --------------------------------------------------------------------------------------
+# The reference launcher's Python-side settings
+# --------------------------------------------------------------------------------------
+
+#: ``TunerModelConfig`` of the reference ``main.py``. The model path follows
+#: ``TRINITY_MODEL_PATH`` like the YAML does (the reference hard-codes Qwen/Qwen3-0.6B here,
+#: which silently ignores the variable); read at call time, see :func:`reference_settings`.
+REFERENCE_MODEL: dict[str, Any] = {
+    "model_path": "Qwen/Qwen3-0.6B",
+    "max_model_len": 24576,
+    "max_tokens": 16384,
+    "temperature": 1.0,
+    "inference_engine_num": 4,
+    "tensor_parallel_size": 1,
+}
+#: ``AlgorithmConfig`` of the reference ``main.py`` (save interval: the tuner's default, 100).
+REFERENCE_ALGORITHM: dict[str, Any] = {
+    "algorithm_type": "multi_step_grpo",
+    "group_size": 8,
+    "learning_rate": 1e-6,
+    "eval_interval_steps": 20,
+    "batch_size": 16,
+}
+MODEL_PATH_ENV = "TRINITY_MODEL_PATH"
+TUNER_BLOCK = "tuner"
+
+#: Where the workflow and the judge live (imported when a plan is built).
+WORKFLOW = "mathagent.agent.run_react_agent"
+JUDGE = "mathagent.judge.gsm8k_judge"
+
+#: Selectors whose choices depend on feedback and which therefore need a feedback operator.
+FEEDBACK_SELECTORS = ("difficulty_based", "bots", "BOTSSelector")
+#: Trinity's DifficultyBasedSelector falls back to this ``m`` when kwargs has none.
+TRINITY_DEFAULT_M = 16
+
+TASKSET_KEY = "buffer.explorer_input.taskset"
+EVAL_KEY = "buffer.explorer_input.eval_tasksets"
+
+
+class ConfigError(ValueError):
+    """A config that cannot be loaded; the message is one line naming the file and key."""
+
+
+def reference_settings() -> dict[str, dict[str, Any]]:
+    """The reference launcher's model and algorithm settings (a fresh copy)."""
+    model = dict(REFERENCE_MODEL)
+    model["model_path"] = os.environ.get(MODEL_PATH_ENV, model["model_path"])
+    return {"model": model, "algorithm": dict(REFERENCE_ALGORITHM)}
+
+
+# --------------------------------------------------------------------------------------
+# Loading: overrides, paths, Trinity's loader, tune()'s overrides
+# --------------------------------------------------------------------------------------
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"a.b.0.c=value"`` -> ``("a.b.0.c", value)`` with the value read as YAML."""
+    import yaml
+
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"override {text!r}: expected KEY=VALUE, e.g. buffer.batch_size=8")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {text!r}: value is not valid YAML ({exc})") from None
+    return key, value
+
+
+def _resolve_path(value: Any) -> Any:
+    if isinstance(value, str) and value and not os.path.isabs(value):
+        return str((paths.REPO_ROOT / value).resolve())
+    return value
+
+
+def resolve_relative_paths(raw: dict) -> dict:
+    """Resolve relative dataset paths and ``checkpoint_root_dir`` against the repo root.
+
+    Trinity would resolve them against the working directory, which differs between a
+    notebook (``notebooks/``), the tests and a shell; the configs say so in their comments.
+    ``raw`` is the plain-dict YAML; it is changed in place and returned.
+    """
+    if "checkpoint_root_dir" in raw:
+        raw["checkpoint_root_dir"] = _resolve_path(raw["checkpoint_root_dir"])
+    explorer_input = (raw.get("buffer") or {}).get("explorer_input") or {}
+    sets = [explorer_input.get("taskset")] + list(explorer_input.get("tasksets") or []) \
+        + list(explorer_input.get("eval_tasksets") or [])
+    for taskset in sets:
+        if isinstance(taskset, dict) and "path" in taskset:
+            taskset["path"] = _resolve_path(taskset["path"])
+    return raw
+
+
+def _omegaconf_error(exc: BaseException, where: Path) -> ConfigError:
+    """Trinity's ``Invalid configuration`` error as one line that names the key."""
+    cause = exc.__cause__ or exc
+    key = getattr(cause, "full_key", None)
+    msg = str(getattr(cause, "msg", None) or cause).strip().splitlines()[0]
+    if key:
+        return ConfigError(f"{where}: invalid setting `{key}`: {msg} (Trinity-RFT load_config)")
+    return ConfigError(f"{where}: {msg} (Trinity-RFT load_config)")
+
+
+def load_trinity_config(path: str | Path, where: str | Path | None = None):
+    """``trinity.common.config.load_config`` with its errors turned into :class:`ConfigError`.
+
+    ``where`` is the file named in the message (the user's config when ``path`` is the
+    resolved copy handed to Trinity).
+    """
+    from trinity.common.config import load_config
+
+    try:
+        return load_config(str(path))
+    except Exception as exc:  # Trinity wraps OmegaConf's errors in a ValueError
+        raise _omegaconf_error(exc, Path(where or path)) from exc
+
+
+@dataclass
+class LaunchPlan:
+    """Everything ``train`` knows about one run before it starts.
+
+    ``yaml_config`` is the Trinity config as the YAML (plus overrides) says;
+    ``config`` is the same after ``tune()``'s Python-side overrides, before
+    ``check_and_update()``; ``overridden`` lists ``(key, yaml value, value used)``.
+    """
+
+    config_path: Path
+    trinity_yaml: Path
+    settings: dict[str, dict[str, Any]]
+    model: Any  # agentscope.tuner.TunerModelConfig
+    algorithm: Any  # agentscope.tuner.AlgorithmConfig
+    yaml_config: Any
+    config: Any
+    workflow_func: Any
+    judge_func: Any
+    overridden: list[tuple[str, Any, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _import_object(dotted: str) -> Any:
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def _tuner_objects(settings: dict[str, dict[str, Any]], where: Path):
+    """Build ``TunerModelConfig`` / ``AlgorithmConfig``; unknown or mistyped fields name the key."""
+    from agentscope.tuner import AlgorithmConfig, TunerModelConfig
+    from pydantic import ValidationError
+
+    built = []
+    for part, cls in (("model", TunerModelConfig), ("algorithm", AlgorithmConfig)):
+        values = settings[part]
+        unknown = sorted(set(values) - set(cls.model_fields))
+        if unknown:
+            raise ConfigError(f"{where}: invalid setting `{TUNER_BLOCK}.{part}.{unknown[0]}`: "
+                              f"not a field of {cls.__name__} "
+                              f"(fields: {', '.join(cls.model_fields)})")
+        try:
+            built.append(cls(**values))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"])
+            raise ConfigError(f"{where}: invalid setting `{TUNER_BLOCK}.{part}.{loc}`: "
+                              f"{err['msg']}") from None
+    return built
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+ABSENT = _Absent()
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted ``key -> value`` pairs of a config; lists of plain values stay whole."""
+    if hasattr(obj, "__dataclass_fields__"):
+        obj = vars(obj)
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(obj, (list, tuple)) and any(
+            isinstance(v, (dict, list, tuple)) or hasattr(v, "__dataclass_fields__") for v in obj):
+        out = {}
+        for i, v in enumerate(obj):
+            out.update(_flatten(v, f"{prefix}.{i}"))
+        return out
+    if isinstance(obj, (list, tuple)):
+        return {prefix: list(obj)}
+    return {prefix: obj.value if isinstance(obj, Enum) else obj}
+
+
+def _flat(config: Any) -> dict[str, Any]:
+    """Flattened config without the workflow arguments (they hold function objects)."""
+    return {k: v for k, v in _flatten(config).items() if ".workflow_args." not in f".{k}."}
+
+
+def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    rows = []
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key, ABSENT), b.get(key, ABSENT)
+        if va != vb:
+            rows.append((key, va, vb))
+    return rows
+
+
+def load_plan(config_path: str | Path, overrides: Sequence[str] = (),
+              work_dir: str | Path | None = None) -> LaunchPlan:
+    """Read a config, apply overrides and the Python-side settings the way ``tune()`` does.
+
+    ``overrides`` are ``KEY=VALUE`` strings: Trinity keys (``buffer.batch_size=8``, list
+    items by index: ``buffer.explorer_input.eval_tasksets.0.path=/data/aime``) or
+    ``tuner.model.<field>`` / ``tuner.algorithm.<field>``. The YAML handed to Trinity (env
+    variables resolved, paths absolute, ``tuner`` block removed) is written to ``work_dir``
+    (by default a temporary folder removed when the interpreter exits) as
+    ``trinity_config.yaml``.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    config_path = Path(config_path)
+    if not config_path.is_file():
+        raise ConfigError(f"{config_path}: no such config file "
+                          f"(configs here: {', '.join(p.name for p in sorted(paths.CONFIGS_DIR.glob('*.yaml')))})")
+    try:
+        cfg = OmegaConf.load(config_path)
+    except Exception as exc:
+        raise ConfigError(f"{config_path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    for text in overrides:
+        key, value = parse_override(text)
+        try:
+            OmegaConf.update(cfg, key, value, merge=False, force_add=True)
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"override {text!r}: {str(exc).splitlines()[0]}") from None
+    try:
+        raw = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", "?")
+        raise ConfigError(f"{config_path}: setting `{key}` cannot be resolved: "
+                          f"{str(exc).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{config_path}: expected a mapping of settings at the top level")
+
+    settings = reference_settings()
+    block = raw.pop(TUNER_BLOCK, None) or {}
+    if not isinstance(block, dict) or set(block) - {"model", "algorithm"}:
+        raise ConfigError(f"{config_path}: invalid setting `{TUNER_BLOCK}`: expected only "
+                          "`model` and `algorithm` sub-blocks")
+    for part in ("model", "algorithm"):
+        settings[part].update(block.get(part) or {})
+    resolve_relative_paths(raw)
+
+    if work_dir is None:
+        work_dir = Path(tempfile.mkdtemp(prefix="mathagent-train-"))
+        atexit.register(shutil.rmtree, work_dir, True)
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    trinity_yaml = work_dir / "trinity_config.yaml"
+    import yaml
+
+    trinity_yaml.write_text(yaml.safe_dump(raw, sort_keys=False))
+    yaml_config = load_trinity_config(trinity_yaml, where=config_path)
+    if yaml_config.buffer.explorer_input.taskset is None:
+        raise ConfigError(f"{config_path}: invalid setting `{TASKSET_KEY}`: missing; the "
+                          "tuner adds its workflow to the singular `taskset` (not `tasksets`)")
+
+    model, algorithm = _tuner_objects(settings, config_path)
+    try:
+        workflow_func, judge_func = _import_object(WORKFLOW), _import_object(JUDGE)
+    except Exception as exc:
+        raise ConfigError(f"cannot import the workflow {WORKFLOW} or judge {JUDGE}: "
+                          f"{type(exc).__name__}: {exc}") from None
+    from agentscope.tuner import check_judge_function, check_workflow_function
+    from agentscope.tuner._config import _to_trinity_config
+
+    check_workflow_function(workflow_func)
+    check_judge_function(judge_func)
+    try:
+        config = _to_trinity_config(config_path=str(trinity_yaml), workflow_func=workflow_func,
+                                    judge_func=judge_func, model=model, algorithm=algorithm)
+    except Exception as exc:
+        raise _omegaconf_error(exc, config_path) from exc
+
+    notes = []
+    # tune() copies only part of TunerModelConfig into Trinity's config (agentscope 1.0.21).
+    for name, key in (("temperature", "temperature"), ("top_p", "top_p"),
+                      ("enable_thinking", "enable_thinking")):
+        value = getattr(model, name)
+        if value is not None and value != getattr(config.model, key):
+            notes.append(f"tune() does not forward TunerModelConfig.{name}={value!r}; "
+                         f"Trinity uses model.{key}={getattr(config.model, key)!r} from the YAML")
+    return LaunchPlan(config_path=config_path, trinity_yaml=trinity_yaml, settings=settings,
+                      model=model, algorithm=algorithm, yaml_config=yaml_config, config=config,
+                      workflow_func=workflow_func, judge_func=judge_func,
+                      overridden=_differences(_flat(yaml_config), _flat(config)), notes=notes)
+
+
+def counterpart_path(config_path: str | Path) -> Path | None:
+    """The sibling config of the other arm of the comparison (random <-> difficulty; bots -> random)."""
+    path = Path(config_path)
+    name = path.name
+    for a, b in (("random", "difficulty"), ("difficulty", "random"), ("bots", "random")):
+        if a in name:
+            other = path.with_name(name.replace(a, b, 1))
+            if other.is_file():
+                return other
+    return None
+
+
+def config_diff(plan_a: LaunchPlan, plan_b: LaunchPlan) -> list[tuple[str, Any, Any]]:
+    """``(key, value in a, value in b)`` for every setting Trinity would receive differently."""
+    return _differences(_flat(plan_a.config), _flat(plan_b.config))
+
+
+# --------------------------------------------------------------------------------------
+# Ray: a local head we start, inspect and stop ourselves
+# --------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ray_executable() -> str:
+    local = Path(sys.executable).with_name("ray")
+    found = str(local) if local.exists() else shutil.which("ray")
+    if not found:
+        raise RuntimeError("the `ray` command is not installed (pip install 'ray[default]')")
+    return found
+
+
+def _tcp_open(address: str, timeout: float = 2.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def find_ray(address: str | None = "auto") -> str | None:
+    """The ``host:port`` of a reachable Ray cluster for ``address``, or None.
+
+    ``auto`` (Trinity's default ``cluster.ray_address``) means what it means to
+    ``ray.init``: ``RAY_ADDRESS``, else the cluster last started on this machine.
+    """
+    if address in (None, "", "auto"):
+        try:
+            from ray._private.services import get_ray_address_from_environment
+
+            address = get_ray_address_from_environment("auto", None)
+        except Exception:
+            return None
+        if not address or address == "auto":
+            return None
+    address = address.removeprefix("ray://")
+    return address if _tcp_open(address) else None
+
+
+@dataclass
+class RayHead:
+    """A Ray head started by :func:`start_ray_head`: its address and the processes to stop.
+
+    ``pgid`` is the process group of the ``ray start`` call; Ray's daemons (GCS, raylet,
+    agents, workers) stay in it. ``temp_dir`` is the head's session root.
+    """
+
+    address: str
+    pgid: int
+    temp_dir: str
+    owns_temp_dir: bool = False
+
+    def processes(self) -> list[int]:
+        """Ids of the live processes of this head (same process group, or under its temp dir)."""
+        import psutil
+
+        found = set()
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if proc.pid == os.getpid():
+                    continue
+                if os.getpgid(proc.pid) == self.pgid:
+                    found.add(proc.pid)
+                    continue
+                cmd = " ".join(proc.info["cmdline"] or [])
+                if self.temp_dir and self.temp_dir in cmd:
+                    found.add(proc.pid)
+            except (psutil.Error, ProcessLookupError, PermissionError):
+                continue
+        for pid in list(found):  # children that left the group
+            try:
+                found.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+            except psutil.Error:
+                continue
+        return sorted(found)
+
+    def alive(self) -> bool:
+        return bool(self.processes())
+
+    def resources(self, timeout: float = 120.0) -> dict[str, float]:
+        """``ray.cluster_resources()`` of this head, asked from a short-lived driver process."""
+        code = (f"import json, ray; ray.init(address={self.address!r}, logging_level='ERROR', "
+                "log_to_driver=False); print(json.dumps(ray.cluster_resources())); "
+                "ray.shutdown()")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=timeout, env=_ray_env())
+        if out.returncode != 0:
+            raise RuntimeError(f"cannot reach the Ray head at {self.address}: "
+                               f"{out.stderr.strip().splitlines()[-1:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def stop(self, timeout: float = 10.0) -> list[int]:
+        """Terminate this head's processes (SIGTERM, then SIGKILL); return the ids stopped."""
+        import psutil
+
+        pids = self.processes()
+        procs = []
+        for pid in pids:
+            try:
+                p = psutil.Process(pid)
+                p.terminate()
+                procs.append(p)
+            except psutil.Error:
+                continue
+        _, alive = psutil.wait_procs(procs, timeout=timeout)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(alive, timeout=5)
+        if self.owns_temp_dir:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+        return pids
+
+    def to_json(self) -> dict[str, Any]:
+        return {"address": self.address, "pgid": self.pgid, "temp_dir": self.temp_dir,
+                "owns_temp_dir": self.owns_temp_dir}
+
+
+def _ray_env() -> dict[str, str]:
+    """Environment of the head and of drivers talking to it.
+
+    Ray 2.60 switches a head to token authentication when ``~/.ray/auth_token`` exists,
+    but a driver given an explicit address does not pick the token up and is refused. The
+    heads started here are single-machine heads (tutorial, dry run, one-node launch), so
+    their auth mode is pinned to ``disabled`` on both sides and the outcome does not depend
+    on what else ran on the machine. Ray listens on all interfaces: on a shared network,
+    start the head yourself with ``RAY_AUTH_MODE=token ray start --head``.
+    """
+    env = dict(os.environ)
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    env["RAY_AUTH_MODE"] = "disabled"
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def start_ray_head(num_cpus: int = 1, port: int | None = None, temp_dir: str | None = None,
+                   object_store_memory: int | None = None, timeout: float = 180.0,
+                   attempts: int = 3) -> RayHead:
+    """Start a local Ray head like ``ray start --head --num-cpus=1 --include-dashboard=false``.
+
+    A single-machine head without token authentication (see :func:`_ray_env`); for a
+    cluster of several machines use ``ray start`` itself. ``temp_dir=None`` makes a private
+    session folder (removed on stop). Ray gives its raylet 30 s to
+    register; on a busy machine that can run out, so a failed start is cleaned up (every
+    process of its group stopped) and retried up to ``attempts`` times. Returns once the
+    head answers on its port.
+    """
+    errors = []
+    for _ in range(max(1, attempts)):
+        try:
+            return _start_ray_head_once(num_cpus, port, temp_dir, object_store_memory, timeout)
+        except RuntimeError as exc:
+            errors.append(str(exc))
+            if "timed out during startup" not in str(exc):
+                break
+    raise RuntimeError(errors[-1] + (f"\n(after {len(errors)} attempts)" if len(errors) > 1
+                                     else ""))
+
+
+def _start_ray_head_once(num_cpus: int, port: int | None, temp_dir: str | None,
+                         object_store_memory: int | None, timeout: float) -> RayHead:
+    port = port or _free_port()
+    owns = temp_dir is None
+    temp_dir = temp_dir or tempfile.mkdtemp(prefix="mathagent-ray-", dir="/tmp")
+    cmd = [_ray_executable(), "start", "--head", f"--num-cpus={num_cpus}",
+           "--include-dashboard=false", f"--port={port}", f"--temp-dir={temp_dir}",
+           "--disable-usage-stats"]
+    if object_store_memory:
+        cmd.append(f"--object-store-memory={int(object_store_memory)}")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, env=_ray_env())
+    head = RayHead(address="", pgid=proc.pid, temp_dir=temp_dir, owns_temp_dir=owns)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        head.stop()
+        raise RuntimeError(f"`{' '.join(cmd)}` did not finish within {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        head.stop()
+        tail = "\n".join(output.strip().splitlines()[-3:])
+        raise RuntimeError(f"`{' '.join(cmd)}` failed (exit {proc.returncode}): {tail}")
+    address_file = Path(temp_dir) / "ray_current_cluster"
+    head.address = (address_file.read_text().strip() if address_file.is_file()
+                    else f"127.0.0.1:{port}")
+    deadline = time.monotonic() + 30
+    while not _tcp_open(head.address) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return head
+
+
+def _visible_gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:
+        return 0
+
+
+@contextlib.contextmanager
+def local_ray_head(num_cpus: int = 1, **kwargs: Any) -> Iterator[RayHead]:
+    """A Ray head for the duration of a ``with`` block; every process of it is stopped after."""
+    head = start_ray_head(num_cpus=num_cpus, **kwargs)
+    try:
+        yield head
+    finally:
+        head.stop()
+
+
+@contextlib.contextmanager
+def ray_for(address: str | None) -> Iterator[tuple[str, RayHead | None]]:
+    """The reachable cluster at ``address``, or a temporary local head when there is none.
+
+    Yields ``(address, head)``; ``head`` is None when an existing cluster was used.
+    """
+    found = find_ray(address)
+    if found:
+        yield found, None
+        return
+    with local_ray_head(object_store_memory=100 * 1024**2) as head:
+        yield head.address, head
+
+
+def ray_state_file() -> Path:
+    """Where ``ray start`` records the head it started, for ``ray stop`` / ``ray status``."""
+    return paths.runs_dir() / "ray" / "head.json"
+
+
+def ray_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["start", "stop", "status"],
+                        help="start a local head, stop the head started here, or report it")
+    parser.add_argument("--num-cpus", type=int, default=1,
+                        help="CPUs the head offers to tasks (default 1)")
+    parser.add_argument("--port", type=int, default=None, help="GCS port (default: a free port)")
+    parser.add_argument("--temp-dir", default=None,
+                        help="Ray session root; /tmp/ray makes `auto` find this head "
+                             "(default: a private folder removed on stop)")
+    parser.add_argument("--object-store-memory", type=int, default=None,
+                        help="object store size in bytes (default: Ray's choice)")
+    parser.add_argument("--state-file", type=Path, default=None,
+                        help="where the head's address and process group are recorded "
+                             "(default runs/ray/head.json)")
+
+
+def ray_command(args: argparse.Namespace) -> int:
+    state = args.state_file or ray_state_file()
+    recorded = RayHead(**json.loads(state.read_text())) if state.is_file() else None
+    if args.action == "start":
+        if recorded and recorded.alive():
+            print(f"a head started here is already running at {recorded.address} "
+                  f"(stop it with `python -m mathagent ray stop`)", file=sys.stderr)
+            return 1
+        from tqdm.auto import tqdm
+
+        with tqdm(total=1, desc="starting Ray head", file=sys.stderr) as bar:
+            head = start_ray_head(num_cpus=args.num_cpus, port=args.port,
+                                  temp_dir=args.temp_dir,
+                                  object_store_memory=args.object_store_memory)
+            bar.update()
+        state.parent.mkdir(parents=True, exist_ok=True)
+        state.write_text(json.dumps(head.to_json(), indent=2) + "\n")
+        print(f"Ray head running at {head.address} (process group {head.pgid}, "
+              f"{len(head.processes())} processes, session root {head.temp_dir})")
+        print(f"use it with: python -m mathagent train --config ... "
+              f"cluster.ray_address={head.address}")
+        return 0
+    if recorded is None:
+        print(f"no head recorded in {state}: nothing started with `python -m mathagent ray "
+              "start` is running", file=sys.stderr)
+        return 1
+    if args.action == "stop":
+        stopped = recorded.stop()
+        state.unlink()
+        left = recorded.processes()
+        print(f"stopped the Ray head at {recorded.address}: {len(stopped)} processes "
+              f"({', '.join(map(str, stopped)) or 'none were running'})")
+        if left:
+            print(f"still running: {left}", file=sys.stderr)
+            return 1
+        return 0
+    pids = recorded.processes()
+    if not pids:
+        print(f"the head recorded in {state} ({recorded.address}) is not running", file=sys.stderr)
+        return 1
+    resources = recorded.resources()
+    print(f"Ray head at {recorded.address}: {len(pids)} processes in group {recorded.pgid}")
+    for key in sorted(resources):
+        if not key.startswith("node:"):
+            print(f"  {key}: {resources[key]:g}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------
+# Preflight
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Preflight:
+    """Outcome of :func:`preflight`: what passed, what is wrong, what the launch machine needs."""
+
+    passed: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    requirements: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    checked_config: Any = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def report(self) -> str:
+        lines = [f"  ok    {m}" for m in self.passed]
+        lines += [f"  FAIL  {m}" for m in self.problems]
+        lines += [f"  note  {m}" for m in self.notes]
+        if self.requirements:
+            lines += ["", "Requirements of the launch machine (not checkable here):"]
+            lines += [f"  - {m}" for m in self.requirements]
+        return "\n".join(lines)
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def hub_status(repo_id: str, timeout: float = 3.0) -> str:
+    """``"cached"``, ``"available"``, ``"not-found"`` or ``"unreachable"`` for a hub model id."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+            return "cached"
+    except Exception:
+        pass
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false"):
+        return "unreachable"
+    import urllib.error
+    import urllib.request
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    try:
+        with urllib.request.urlopen(f"{endpoint}/api/models/{repo_id}", timeout=timeout):
+            return "available"
+    except urllib.error.HTTPError as exc:
+        return "available" if exc.code in (401, 403) else "not-found"
+    except Exception:
+        return "unreachable"
+
+
+def _selector_config(taskset: Any) -> Any:
+    return taskset.task_selector if taskset.task_selector is not None else taskset.data_selector
+
+
+def _is_feedback_selector(name: str, cls: Any) -> bool:
+    """Selectors whose choices depend on the pass rates fed back after each step."""
+    if name in FEEDBACK_SELECTORS or name.rsplit(".", 1)[-1] in FEEDBACK_SELECTORS:
+        return True
+    from trinity.buffer.selector.selector import DifficultyBasedSelector
+
+    from mathagent.selectors import BOTSSelector
+
+    return isinstance(cls, type) and issubclass(cls, DifficultyBasedSelector | BOTSSelector)
+
+
+def _is_feedback_operator(name: str, cls: Any) -> bool:
+    """Operators that hand per-task pass rates to the selector (``selector_metric``)."""
+    from trinity.buffer.operators.mappers.pass_rate_calculator import PassRateCalculator
+
+    from mathagent.selectors import OPERATOR_PATH, RolloutPassRateCalculator
+
+    return name in ("pass_rate_calculator", OPERATOR_PATH) or (
+        isinstance(cls, type) and issubclass(cls, PassRateCalculator | RolloutPassRateCalculator))
+
+
+def check_selector_and_operators(config: Any, result: Preflight) -> None:
+    """Selector and operator names resolve; feedback-driven selectors get feedback; ``m``.
+
+    The selector's keyword arguments and feature-key count also go through
+    :func:`mathagent.selectors.check_selector_settings` (Trinity silently ignores a
+    misspelt kwarg such as ``lambda``).
+    """
+    from trinity.buffer.operators import EXPERIENCE_OPERATORS
+    from trinity.buffer.selector import SELECTORS
+
+    from mathagent.selectors import (
+        BOTS_PATH,
+        SELECTOR_KWARGS,
+        SelectorConfigError,
+        check_selector_settings,
+    )
+
+    taskset = config.buffer.explorer_input.taskset
+    key = f"{TASKSET_KEY}.data_selector"
+    if taskset.task_selector is not None:
+        key = f"{TASKSET_KEY}.task_selector"
+        result.notes.append(f"`{key}` is deprecated in Trinity-RFT 0.6.0; rename it "
+                            "`data_selector` (check_and_update() copies it over)")
+    selector = _selector_config(taskset)
+    name = selector.selector_type
+    cls = None
+    try:
+        cls = SELECTORS.get(name)
+    except Exception as exc:
+        result.problems.append(
+            f"{key}.selector_type: selector {name!r} does not resolve ({type(exc).__name__}: "
+            f"{exc}); use one of {', '.join(SELECTORS._default_mapping)} or an importable "
+            f"dotted path such as {BOTS_PATH}")
+    else:
+        result.passed.append(f"selector {name!r} resolves to {cls.__module__}.{cls.__name__}")
+        canonical = "bots" if name == BOTS_PATH else name
+        if canonical in SELECTOR_KWARGS:
+            try:
+                check_selector_settings(name, None, list(selector.feature_keys), None,
+                                        **dict(selector.kwargs))
+            except SelectorConfigError as exc:
+                result.problems.append(f"{key}: {exc}")
+
+    feedback_ops = []
+    for i, op in enumerate(config.data_processor.experience_pipeline.operators):
+        op_key = f"data_processor.experience_pipeline.operators.{i}.name"
+        try:
+            op_cls = EXPERIENCE_OPERATORS.get(op.name)
+        except Exception as exc:
+            result.problems.append(
+                f"{op_key}: operator {op.name!r} does not resolve ({type(exc).__name__}: {exc}); "
+                f"use one of {', '.join(EXPERIENCE_OPERATORS._default_mapping)} or an "
+                "importable dotted path")
+            continue
+        result.passed.append(
+            f"operator {op.name!r} resolves to {op_cls.__module__}.{op_cls.__name__}")
+        if _is_feedback_operator(op.name, op_cls):
+            feedback_ops.append(op.name)
+
+    if cls is None or not _is_feedback_selector(name, cls):
+        return
+    if not feedback_ops:
+        result.problems.append(
+            f"data_processor.experience_pipeline.operators: selector {name!r} learns from "
+            "per-task pass rates but no operator computes them; add `- name: pass_rate_calculator`")
+    repeat = config.algorithm.repeat_times
+    m = selector.kwargs.get("m")
+    if m is None:
+        result.problems.append(
+            f"{key}.kwargs.m: not set, so the selector uses its default m={TRINITY_DEFAULT_M} "
+            f"while every task is rolled out {repeat} times (algorithm.repeat_times / the "
+            f"tuner's group_size); set m: {repeat}")
+    elif m != repeat:
+        result.problems.append(
+            f"{key}.kwargs.m: m={m} but every task is rolled out {repeat} times "
+            f"(algorithm.repeat_times, set from the tuner's group_size); BOTS counts each "
+            f"feedback as m observations, so set m: {repeat}")
+    else:
+        result.passed.append(f"selector m={m} equals the rollouts per task (repeat_times)")
+
+
+def check_tasksets(config: Any, result: Preflight) -> None:
+    """Train and eval tasksets exist, pass the schema, carry the selector's feature columns."""
+    import datasets
+
+    quiet = datasets.utils.logging.is_progress_bar_enabled()
+    if quiet:  # datasets' "Generating train split" bars would bury the report
+        datasets.utils.logging.disable_progress_bar()
+    try:
+        _check_tasksets(config, result)
+    finally:
+        if quiet:
+            datasets.utils.logging.enable_progress_bar()
+
+
+def _check_tasksets(config: Any, result: Preflight) -> None:
+    from mathagent.tasks import TasksetError, load_taskset
+
+    explorer_input = config.buffer.explorer_input
+    train = explorer_input.taskset
+    selector = _selector_config(train)
+    items = [(TASKSET_KEY, train, list(selector.feature_keys))]
+    items += [(f"{EVAL_KEY}.{i}", t, []) for i, t in enumerate(explorer_input.eval_tasksets)]
+    for key, taskset, features in items:
+        label = f"{key} ({taskset.name or 'unnamed'})"
+        if not taskset.path:
+            result.problems.append(f"{key}.path: not set")
+            continue
+        if taskset.storage_type != "file":
+            result.notes.append(f"{label}: storage {taskset.storage_type!r} is not checked here")
+            continue
+        try:
+            ds = load_taskset(taskset.path, split=taskset.split, feature_keys=features)
+        except TasksetError as exc:
+            hint = ""
+            if not Path(taskset.path).exists():
+                hint = f" (or point `{key}.path=...` at it on the command line)"
+            result.problems.append(f"{label}: {exc}{hint}")
+            continue
+        extra = f", feature columns {features} complete and in [0, 1]" if features else ""
+        result.passed.append(f"{label}: {taskset.path} split {taskset.split!r}, "
+                             f"{len(ds)} tasks{extra}")
+    if not explorer_input.eval_tasksets:
+        result.notes.append(f"{EVAL_KEY}: none configured, so no eval accuracy will be logged")
+
+
+def check_model(config: Any, result: Preflight, dry_run: bool) -> None:
+    """A local Hugging Face folder, a cached hub id, or a hub id the hub can serve."""
+    path = config.model.model_path
+    key = "model.model_path"
+    if not path:
+        result.problems.append(f"{key}: not set")
+        return
+    local = Path(path).expanduser()
+    if local.exists():
+        if local.is_dir() and (local / "config.json").is_file():
+            result.passed.append(f"model {path}: local Hugging Face folder")
+        else:
+            result.problems.append(f"{key}: {path} exists but is not a Hugging Face model "
+                                   "folder (no config.json); vLLM and the trainer need one")
+        return
+    if not HUB_ID.match(path):
+        result.problems.append(f"{key}: {path} does not exist (and is not a hub id like "
+                               "Qwen/Qwen3-0.6B); set TRINITY_MODEL_PATH or "
+                               "tuner.model.model_path=...")
+        return
+    status = hub_status(path)
+    if status in ("cached", "available"):
+        result.passed.append(f"model {path}: {'in the local hub cache' if status == 'cached' else 'served by the Hugging Face hub'}")
+    elif status == "not-found":
+        result.problems.append(f"{key}: {path} is neither a local folder nor a model on the "
+                               "Hugging Face hub")
+    elif dry_run:
+        result.requirements.append(f"model {path}: downloadable from the Hugging Face hub or "
+                                   "cached (the hub is unreachable here)")
+    else:
+        result.problems.append(f"{key}: {path} is not a local folder and the Hugging Face hub "
+                               "is unreachable; download it and set TRINITY_MODEL_PATH or "
+                               "tuner.model.model_path to the folder")
+
+
+def check_machine(config: Any, result: Preflight, dry_run: bool) -> None:
+    """GPU count against the cluster size, and vllm."""
+    cluster = config.cluster
+    have = _visible_gpus()
+    need_node, nodes = cluster.gpu_per_node, cluster.node_num
+    if not need_node or not nodes:
+        if dry_run:
+            result.problems.append(
+                "cluster.node_num / cluster.gpu_per_node: set both explicitly; otherwise Trinity "
+                "asks Ray and, on a machine without GPUs, fails with ZeroDivisionError")
+        else:
+            result.notes.append("cluster size is taken from Ray at launch")
+    elif dry_run:
+        result.requirements.append(
+            f"{nodes * need_node} GPU(s): cluster.node_num={nodes} x cluster.gpu_per_node="
+            f"{need_node} (this machine has {have})")
+    elif have < need_node:
+        result.problems.append(
+            f"cluster.gpu_per_node: the config needs {need_node} GPU(s) per node "
+            f"({nodes * need_node} in all) but this machine has {have} "
+            "(torch.cuda.device_count())")
+    else:
+        result.passed.append(f"{have} GPU(s) visible, {need_node} needed per node")
+
+    engine = config.explorer.rollout_model.engine_type
+    if not engine.startswith("vllm"):
+        return
+    if importlib.util.find_spec("vllm") is not None:
+        result.passed.append("vllm is importable")
+    elif dry_run:
+        result.requirements.append("vllm importable (pip install 'trinity-rft[vllm]'; CUDA only)"
+                                   " - it is not installed here")
+    else:
+        result.problems.append("vllm is not importable: Trinity's explorer serves the rollout "
+                               "model with it; pip install 'trinity-rft[vllm]' on a CUDA machine")
+
+
+def _replace_prefix(obj: Any, old: str, new: str, _seen: set | None = None) -> Any:
+    """Rewrite strings starting with ``old`` inside a tree of dataclasses, dicts and lists."""
+    seen = _seen if _seen is not None else set()
+    if isinstance(obj, str):
+        return new + obj[len(old):] if obj.startswith(old) else obj
+    if id(obj) in seen:
+        return obj
+    seen.add(id(obj))
+    if hasattr(obj, "__dataclass_fields__"):
+        for name in obj.__dataclass_fields__:
+            value = getattr(obj, name, None)
+            fixed = _replace_prefix(value, old, new, seen)
+            if fixed is not value:
+                setattr(obj, name, fixed)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            obj[k] = _replace_prefix(v, old, new, seen)
+    elif isinstance(obj, list):
+        obj[:] = [_replace_prefix(v, old, new, seen) for v in obj]
+    return obj
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def trinity_logs() -> Iterator[list[str]]:
+    """Collect what Trinity's loggers say inside the block instead of printing it.
+
+    Yields a list that is filled, on exit, with one line per WARNING-or-worse record
+    (``"WARNING: ..."``; boxed multi-line alerts reduced to their title).
+    """
+    import trinity.common.config_validator  # noqa: F401  (creates the validators' loggers)
+
+    capture, saved, lines = _Capture(), {}, []
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if name.startswith("trinity") and isinstance(logger, logging.Logger):
+            saved[name] = logger.handlers[:]
+            logger.handlers[:] = [capture]
+    try:
+        yield lines
+    finally:
+        for name, handlers in saved.items():
+            logging.getLogger(name).handlers[:] = handlers
+        for rec in capture.records:
+            if rec.levelno < logging.WARNING:
+                continue
+            text = [ln.strip(" |+-") for ln in rec.getMessage().splitlines()]
+            first = next((t for t in text if t), "")
+            line = f"{rec.levelname}: {first}"
+            if line not in lines:
+                lines.append(line)
+
+
+def check_and_update(plan: LaunchPlan, ray_address: str, dry_run: bool,
+                     log: list[str] | None = None) -> Any:
+    """Trinity's own ``Config.check_and_update()`` on a copy of the plan's config.
+
+    The check creates the run's job, monitor and buffer folders. In a dry run it works in
+    a temporary checkpoint root, removed afterwards, and the returned config's paths are
+    rewritten to where the real run would write, so nothing is left behind. Trinity's
+    warnings are appended to ``log`` instead of being printed.
+    """
+    config = copy.deepcopy(plan.config)
+    config.cluster.ray_address = ray_address
+    real_root = config.checkpoint_root_dir
+    scratch = tempfile.mkdtemp(prefix="mathagent-dryrun-") if dry_run else None
+    if scratch:
+        config.checkpoint_root_dir = scratch
+    try:
+        with trinity_logs() as lines:
+            config = config.check_and_update()
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+        if log is not None:
+            log.extend(ln.replace(scratch, real_root) if scratch else ln for ln in lines)
+    return _replace_prefix(config, scratch, real_root) if scratch else config
+
+
+def preflight(plan: LaunchPlan, dry_run: bool = False,
+              ray_address: str | None = None) -> Preflight:
+    """Run every check on ``plan``; problems are collected, not raised.
+
+    Order: the machine (GPU, vllm), the model, the data, selector/operators/``m`` and,
+    for a launch, whether Ray is reachable; only when all of those pass, Trinity's
+    ``check_and_update()``. ``ray_address`` overrides ``cluster.ray_address``. In a dry run,
+    GPU-side items become :attr:`Preflight.requirements` and ``check_and_update()`` runs
+    with a temporary Ray head when none is reachable.
+    """
+    from tqdm.auto import tqdm
+
+    result = Preflight(notes=list(plan.notes))
+    config = plan.config
+    result.passed.append(f"config loads with Trinity-RFT's load_config; tune()'s Python-side "
+                         f"settings change {len(plan.overridden)} values")
+    result.passed.append(f"workflow {WORKFLOW} and judge {JUDGE} pass agentscope's "
+                         "signature checks")
+    address = ray_address or config.cluster.ray_address
+    found: list[str | None] = [None]
+
+    def probe_ray() -> None:
+        found[0] = find_ray(address)
+        if found[0]:
+            result.passed.append(f"Ray cluster reachable at {found[0]}")
+        else:
+            result.problems.append(
+                f"cluster.ray_address: no Ray cluster reachable at {address!r}; start one with "
+                "`python -m mathagent ray start` (or `ray start --head`) and pass "
+                "cluster.ray_address=<host:port> (or --ray-address) if it is not found by 'auto'")
+
+    steps = [("machine", lambda: check_machine(config, result, dry_run)),
+             ("model", lambda: check_model(config, result, dry_run)),
+             ("tasksets", lambda: check_tasksets(config, result)),
+             ("selector", lambda: check_selector_and_operators(config, result))]
+    if not dry_run:
+        steps.append(("ray", probe_ray))
+    bar = tqdm(total=len(steps) + 1, desc="preflight", file=sys.stderr, leave=False)
+    for name, step in steps:
+        bar.set_postfix_str(name)
+        step()
+        bar.update()
+    if result.problems:
+        bar.close()
+        return result
+    bar.set_postfix_str("check_and_update")
+    trinity_log: list[str] = []
+    try:
+        if dry_run:
+            with ray_for(address) as (here, head):
+                if head is None:
+                    result.passed.append(f"Ray cluster reachable at {here}")
+                else:
+                    res = head.resources()
+                    result.passed.append(
+                        f"no Ray cluster at {address!r}: started a temporary head at {here} "
+                        f"(session {head.temp_dir}; {res.get('CPU', 0):g} CPU, "
+                        f"{res.get('GPU', 0):g} GPU), stopped after the check")
+                result.checked_config = check_and_update(plan, here, True, trinity_log)
+        else:
+            result.checked_config = check_and_update(plan, found[0], False, trinity_log)
+    except Exception as exc:  # Trinity's validators raise ValueError/AssertionError/...
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        result.problems.append(f"Trinity check_and_update(): {type(exc).__name__}: {first}")
+    else:
+        result.passed.append("Trinity's Config.check_and_update() passes")
+    result.notes += [f"Trinity check_and_update() {ln}" for ln in trinity_log]
+    if dry_run and any("NO GPU DETECTED" in ln for ln in trinity_log):
+        result.notes.append("(the GPU memory estimate runs on the launch machine; no GPU here)")
+    bar.update()
+    bar.close()
+    return result
+
+
+# --------------------------------------------------------------------------------------
+# Printing
+# --------------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if callable(value):
+        return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', value)}"
+    return value
+
+
+def summarize_config(config: Any) -> dict[str, Any]:
+    """The settings of a (checked) Trinity config that matter for this tutorial, as plain data."""
+    bi = config.buffer.explorer_input
+    tasksets = bi.tasksets or ([bi.taskset] if bi.taskset else [])
+    rm = config.explorer.rollout_model
+
+    def taskset(t: Any) -> dict[str, Any]:
+        sel = _selector_config(t)
+        out = {"name": t.name, "path": t.path, "split": t.split, "repeat_times": t.repeat_times,
+               "workflow": t.default_workflow_type,
+               "workflow_func": _plain(t.workflow_args.get("workflow_func")),
+               "judge_func": _plain(t.workflow_args.get("judge_func"))}
+        if not t.is_eval:
+            out["data_selector"] = {"selector_type": sel.selector_type, "seed": sel.seed,
+                                    "feature_keys": list(sel.feature_keys),
+                                    "kwargs": dict(sel.kwargs)}
+        return out
+
+    return {
+        "mode": config.mode, "project": config.project, "name": config.name,
+        "checkpoint_job_dir": config.checkpoint_job_dir or config.get_checkpoint_job_dir(),
+        "model": {k: getattr(config.model, k) for k in (
+            "model_path", "max_model_len", "max_prompt_tokens", "max_response_tokens",
+            "temperature")},
+        "algorithm": {"algorithm_type": config.algorithm.algorithm_type,
+                      "repeat_times": config.algorithm.repeat_times,
+                      "lr": config.algorithm.optimizer.lr,
+                      "advantage_fn": config.algorithm.advantage_fn,
+                      "policy_loss_fn": config.algorithm.policy_loss_fn},
+        "cluster": {k: getattr(config.cluster, k) for k in (
+            "ray_address", "node_num", "gpu_per_node", "explorer_gpu_num", "trainer_gpu_num")},
+        "buffer": {"batch_size": config.buffer.batch_size,
+                   "train_batch_size": config.buffer.train_batch_size,
+                   "total_epochs": config.buffer.total_epochs,
+                   "tasksets": [taskset(t) for t in tasksets],
+                   "eval_tasksets": [taskset(t) for t in bi.eval_tasksets]},
+        "data_processor.experience_pipeline.operators": [
+            op.name for op in config.data_processor.experience_pipeline.operators],
+        "explorer": {"eval_interval": config.explorer.eval_interval,
+                     "runner_per_model": config.explorer.runner_per_model,
+                     "max_timeout": config.explorer.max_timeout,
+                     "rollout_model": {k: getattr(rm, k) for k in (
+                         "model_path", "engine_num", "tensor_parallel_size",
+                         "gpu_memory_utilization", "enable_openai_api", "enable_history",
+                         "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser",
+                         "max_model_len", "max_response_tokens")}},
+        "synchronizer": {k: _plain(getattr(config.synchronizer, k)) for k in (
+            "sync_style", "sync_method", "sync_interval", "sync_timeout")},
+        "trainer": {k: getattr(config.trainer, k) for k in (
+            "save_interval", "use_dynamic_bsz", "ulysses_sequence_parallel_size",
+            "max_token_len_per_gpu")},
+        "monitor": {"monitor_type": config.monitor.monitor_type,
+                    "cache_dir": config.monitor.cache_dir},
+    }
+
+
+def format_yaml(data: Any) -> str:
+    import yaml
+
+    def clean(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {str(k): clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return _plain(x)
+
+    return yaml.safe_dump(clean(data), sort_keys=False, width=100)
+
+
+def format_changes(rows: list[tuple[str, Any, Any]], left: str, right: str) -> str:
+    """Aligned ``key: left -> right`` lines."""
+    if not rows:
+        return "  (none)"
+    width = max(len(k) for k, _, _ in rows)
+    out = [f"  {'setting':<{width}}  {left} -> {right}"]
+    out += [f"  {k:<{width}}  {_plain(a)!r} -> {_plain(b)!r}" for k, a, b in rows]
+    return "\n".join(out)
+
+
+#: What the settings of the two reference configs mean (``settings_table`` rows).
+SETTING_NOTES: dict[str, str] = {
+    "mode": "both: explorer and trainer on their own GPUs; colocate: one GPU, taking turns",
+    "name": "run name; logs and checkpoints go to <checkpoint_root_dir>/<project>/<name>",
+    "algorithm.algorithm_type": "multi_step_grpo: every model call of an agent run is one "
+                                "experience carrying the run's reward",
+    "algorithm.repeat_times": "GRPO group size n: rollouts per task per step",
+    "algorithm.optimizer.lr": "learning rate of the policy",
+    "model.model_path": "policy to fine-tune (local folder or hub id)",
+    "model.max_model_len": "prompt + response tokens the engines accept",
+    "model.max_response_tokens": "longest generation per model call",
+    "model.temperature": "sampling temperature of rollouts",
+    "cluster.node_num": "machines in the Ray cluster",
+    "cluster.gpu_per_node": "GPUs per machine",
+    "buffer.batch_size": "tasks per explore step (x repeat_times rollouts)",
+    "buffer.total_epochs": "passes over the taskset",
+    f"{TASKSET_KEY}.path": "training taskset folder (parquet per split)",
+    f"{TASKSET_KEY}.data_selector.selector_type": "which tasks each step trains on",
+    f"{TASKSET_KEY}.data_selector.feature_keys": "reference pass-rate columns (weak, strong)",
+    f"{TASKSET_KEY}.data_selector.kwargs.m": "pseudo-count of one feedback value (= n)",
+    f"{TASKSET_KEY}.data_selector.kwargs.lamb": "forgetting rate of the Beta posterior",
+    f"{TASKSET_KEY}.data_selector.kwargs.rho": "weight of the reference-interpolated evidence",
+    f"{TASKSET_KEY}.data_selector.kwargs.target_reward": "pass rate the selector aims for",
+    f"{TASKSET_KEY}.data_selector.kwargs.tau": "0: top-B by score; > 0: softmax sampling",
+    f"{TASKSET_KEY}.data_selector.kwargs.do_sample": "Thompson sampling from the posterior",
+    f"{EVAL_KEY}.0.path": "held-out eval set (AIME-24 in the reference)",
+    "data_processor.experience_pipeline.operators.0.name": "operator computing per-task pass "
+                                                           "rates for the selector's feedback",
+    "explorer.eval_interval": "evaluate every this many steps (and at step 0)",
+    "explorer.runner_per_model": "agent runs in flight per inference engine",
+    "explorer.max_timeout": "seconds an agent run may take",
+    "explorer.rollout_model.engine_num": "vLLM engines serving rollouts",
+    "explorer.rollout_model.tensor_parallel_size": "GPUs per engine",
+    "explorer.rollout_model.enable_openai_api": "serve an OpenAI-compatible API (the agent "
+                                                "calls the model through it)",
+    "explorer.rollout_model.enable_history": "record every call so it becomes an experience",
+    "explorer.rollout_model.tool_call_parser": "how vLLM parses tool calls (hermes for Qwen)",
+    "explorer.rollout_model.reasoning_parser": "how vLLM splits <think> blocks off",
+    "synchronizer.sync_style": "who decides when weights move from trainer to explorer",
+    "synchronizer.sync_method": "nccl: GPU-to-GPU broadcast of the new weights",
+    "synchronizer.sync_interval": "steps between weight syncs (explorer may run ahead)",
+    "trainer.save_interval": "steps between checkpoints",
+    "trainer.use_dynamic_bsz": "pack micro-batches by token count",
+    "monitor.monitor_type": "where metrics go (TensorBoard event files)",
+}
+
+
+def settings_table(plans: dict[str, LaunchPlan], keys: Sequence[str] | None = None):
+    """The plans' values side by side with what each setting means (a DataFrame).
+
+    Columns: ``setting``, ``meaning``, then one per plan label. ``keys`` defaults to
+    :data:`SETTING_NOTES`; values are the ones Trinity receives (after tune()'s settings).
+    """
+    import pandas as pd
+
+    flats = {label: _flat(plan.config) for label, plan in plans.items()}
+    rows = []
+    for key in keys or SETTING_NOTES:
+        values = {label: flat.get(key, ABSENT) for label, flat in flats.items()}
+        cells = {label: "" if v is ABSENT else _plain(v) for label, v in values.items()}
+        rows.append({"setting": key, "meaning": SETTING_NOTES.get(key, ""), **cells})
+    return pd.DataFrame(rows)
+
+
+def changes_table(rows: list[tuple[str, Any, Any]], left: str, right: str):
+    """``(key, a, b)`` rows as a DataFrame with columns ``setting, <left>, <right>``."""
+    import pandas as pd
+
+    return pd.DataFrame([{"setting": k, left: "" if a is ABSENT else _plain(a),
+                          right: "" if b is ABSENT else _plain(b)} for k, a, b in rows],
+                        columns=["setting", left, right])
+
+
+def launch_blockers(plan: LaunchPlan) -> list[str]:
+    """Why ``tune()`` cannot start on this machine (GPU count, vllm); empty when it can."""
+    result = Preflight()
+    check_machine(plan.config, result, dry_run=False)
+    return result.problems
+
+
+def train_subprocess(config: str | Path, overrides: Sequence[str] = (),
+                     log: str | Path | None = None, dry_run: bool = False) -> int:
+    """Run ``python -m mathagent train`` in its own process (GPU training stays out of a
+    notebook kernel); output goes to ``log`` (default: this process's stdout)."""
+    cmd = [sys.executable, "-m", "mathagent", "train", "--config", str(config), *overrides]
+    if dry_run:
+        cmd.append("--dry-run")
+    if log is None:
+        return subprocess.run(cmd, cwd=paths.REPO_ROOT).returncode
+    with open(log, "w") as fh:
+        return subprocess.run(cmd, cwd=paths.REPO_ROOT, stdout=fh,
+                              stderr=subprocess.STDOUT).returncode
+
+
+# --------------------------------------------------------------------------------------
+# The `train` command
+# --------------------------------------------------------------------------------------
+
+
+def train_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, default=paths.CONFIGS_DIR / "config_difficulty.yaml",
+                        help="Trinity-RFT YAML (default configs/config_difficulty.yaml)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="override settings, e.g. buffer.batch_size=8, "
+                             "buffer.explorer_input.eval_tasksets.0.path=/data/aime24, "
+                             "tuner.model.model_path=/models/qwen3")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check config, data and Trinity's check_and_update() without GPUs; "
+                             "list what the launch machine must provide; do not train")
+    parser.add_argument("--ray-address", default=None,
+                        help="Ray cluster to use (default: cluster.ray_address, else the head "
+                             "recorded by `python -m mathagent ray start`)")
+    parser.add_argument("--compare", default=None,
+                        help="config to diff against (default: the sibling random/difficulty "
+                             "config; 'none' to skip)")
+    parser.add_argument("--full", action="store_true",
+                        help="print every resolved setting instead of the summary")
+
+
+def _default_ray_address(args: argparse.Namespace) -> str | None:
+    if args.ray_address:
+        return args.ray_address
+    state = ray_state_file()
+    if state.is_file():
+        with contextlib.suppress(Exception):
+            return json.loads(state.read_text())["address"]
+    return None
+
+
+def train_command(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="mathagent-train-") as work:
+        try:
+            plan = load_plan(args.config, args.overrides, work_dir=Path(work) / "run")
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"Config {plan.config_path} (Trinity project {plan.config.project!r}, "
+              f"run {plan.config.name!r})")
+        print("\nPython-side settings (tune() writes them over the YAML):")
+        print(format_yaml(plan.settings).rstrip())
+        print("\nValues they change:")
+        print(format_changes(plan.overridden, "YAML", "used"))
+
+        print("\nPreflight" + (" (dry run)" if args.dry_run else "") + ":")
+        result = preflight(plan, dry_run=args.dry_run,
+                           ray_address=_default_ray_address(args))
+        print(result.report())
+        if not result.ok:
+            print(f"\n{len(result.problems)} problem(s): fix them and run again.", file=sys.stderr)
+            return 1
+
+        print("\nResolved config (after Trinity's check_and_update()):")
+        if args.full:
+            for key, value in result.checked_config.flatten().items():
+                print(f"  {key}: {_plain(value)!r}")
+        else:
+            print(format_yaml(summarize_config(result.checked_config)).rstrip())
+
+        other = None if args.compare == "none" else (
+            Path(args.compare) if args.compare else counterpart_path(plan.config_path))
+        if other is not None:
+            try:
+                plan_b = load_plan(other, args.overrides, work_dir=Path(work) / "compare")
+            except ConfigError as exc:
+                print(f"\n(cannot compare with {other}: {exc})")
+            else:
+                print(f"\nDifference from {other.name}:")
+                print(format_changes(config_diff(plan, plan_b), plan.config_path.name,
+                                     other.name))
+
+        if args.dry_run:
+            print("\nDry run: config and data are sound; training not started.")
+            return 0
+        return launch(plan, result)
+
+
+def launch(plan: LaunchPlan, checked: Preflight) -> int:
+    """Call ``agentscope.tuner.tune()`` (GPU machine); record the run for the results reader."""
+    import yaml
+    from agentscope.tuner import tune
+
+    run_dir = paths.new_run_dir("train")
+    trinity_yaml = run_dir / "trinity_config.yaml"
+    raw = yaml.safe_load(plan.trinity_yaml.read_text())
+    # the cluster the preflight found (it may differ from the YAML's "auto")
+    raw.setdefault("cluster", {})["ray_address"] = checked.checked_config.cluster.ray_address
+    trinity_yaml.write_text(yaml.safe_dump(raw, sort_keys=False))
+    job_dir = Path(checked.checked_config.checkpoint_job_dir)
+    selector = _selector_config(plan.config.buffer.explorer_input.taskset)
+    evals = plan.config.buffer.explorer_input.eval_tasksets
+    params = {"kind": "train", "config": str(plan.config_path),
+              "trinity_config": str(trinity_yaml),
+              "selector": selector.selector_type, "seed": selector.seed,
+              "eval_taskset": evals[0].name if evals else None,
+              "checkpoint_job_dir": str(job_dir), "settings": plan.settings}
+    for folder in (run_dir, job_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "params.json").write_text(json.dumps(params, indent=2, default=str) + "\n")
+    print(f"\nLaunching: TensorBoard logs under {job_dir / 'monitor' / 'tensorboard'}; "
+          f"read them with `python -m mathagent plot {job_dir}`")
+    tune(workflow_func=plan.workflow_func, judge_func=plan.judge_func,
+         config_path=str(trinity_yaml), model=plan.model, algorithm=plan.algorithm)
+    return 0

@@ -1,0 +1,403 @@
+"""Read training runs into tidy tables, and draw the results figures from them.
+
+Three kinds of run end up here, and all leave the same table: one row per
+``(selector, seed, step)`` with ``rollout_accuracy``, ``eval_accuracy`` (NaN on steps
+without an evaluation) and ``effective_task_ratio``, plus a ``run`` column naming the folder.
+
+* **Trinity-RFT runs** (``python -m mathagent train``): TensorBoard event files under
+  ``<checkpoint_job_dir>/monitor/tensorboard/{explorer,trainer}/``. Trinity 0.6.0 names the
+  scalars as mapped in :data:`TRINITY_TAGS` and :data:`EVAL_TAG` (read from its explorer:
+  ``rollout_coordinator`` aggregates each task's metrics with prefix ``rollout``; eval batches
+  get ``eval/<taskset name>`` and task-level ``<metric>/mean@<repeats>``; the experience
+  pipeline prefixes operator metrics with ``experience_pipeline/``).
+* **Tutorial-scale runs** (``python -m mathagent train-local``): a tidy ``metrics.csv`` with
+  ``params.json``, and TensorBoard events with the same Trinity tag names.
+* **Simulated runs** (``python -m mathagent simulate``): a tidy ``steps.csv`` and ``params.json``.
+
+A folder holding a tidy CSV is read from that CSV; otherwise from its event files. Which
+selector and seed a run used come from its ``params.json`` (written by ``train`` and the
+other commands) or, failing that, from the folder name and Trinity's default seed 42.
+
+``python -m mathagent plot RUN_DIR...`` reads runs and writes the combined table, the
+two-panel figure of the reference (rollout accuracy left, eval accuracy right), the
+effective-task-ratio figure and the ETR/TTB/BSF summary of :mod:`mathagent.metrics`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mathagent import paths
+
+#: Tidy column -> Trinity-RFT 0.6.0 scalar tag (explorer unless noted).
+TRINITY_TAGS: dict[str, str] = {
+    # mean over the step's tasks of each task's mean accuracy over its rollouts
+    "rollout_accuracy": "rollout/accuracy/mean",
+    # pass_rate_calculator: share of the step's tasks with 0 < pass rate < 1
+    "effective_task_ratio": "experience_pipeline/selection/valid_ratio",
+    "rollout_format_score": "rollout/format_score/mean",
+    "rollout_reward": "rollout/reward/mean",
+    "finished_task_count": "rollout/finished_task_count",
+    "trainer_reward": "critic/rewards/mean",  # trainer: mean sequence reward of the batch
+    "response_length": "response_length/mean",  # trainer
+    "pg_loss": "actor/pg_loss",  # trainer
+}
+#: Other names of the same quantities: the tutorial-scale trainer's extra tags.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "effective_task_ratio": ("local/effective_task_ratio",),
+}
+#: Eval accuracy: ``eval/<taskset>/accuracy/mean@<k>`` (``/mean`` appended when the monitor's
+#: ``detailed_stats`` is on; no ``@k`` in the tutorial-scale trainer's tags).
+EVAL_TAG = re.compile(r"^eval/(?P<taskset>.+)/accuracy/mean(?:@(?P<k>\d+))?(?P<detail>/mean)?$")
+TIDY_KEYS = ("selector", "seed", "step")
+TIDY_METRICS = ("rollout_accuracy", "eval_accuracy", "effective_task_ratio")
+TIDY_CSV_NAMES = ("results.csv", "metrics.csv", "steps.csv")
+TRINITY_DEFAULT_SEED = 42
+EVENT_GLOB = "events.out.tfevents.*"
+
+
+class RunError(ValueError):
+    """A run folder that cannot be read; the message names the path and what is missing."""
+
+
+# --------------------------------------------------------------------------------------
+# Event files
+# --------------------------------------------------------------------------------------
+
+
+def read_scalars(path: str | Path) -> pd.DataFrame:
+    """All scalars of one event file, or of every event file under a folder.
+
+    Returns columns ``tag, step, value, wall_time, file``; when a (tag, step) was written
+    twice (a resumed run), the later write wins.
+    """
+    from tensorboard.backend.event_processing import event_accumulator
+
+    path = Path(path)
+    files = sorted(path.rglob(EVENT_GLOB)) if path.is_dir() else [path]
+    frames = []
+    for f in files:
+        acc = event_accumulator.EventAccumulator(str(f), size_guidance={
+            event_accumulator.SCALARS: 0, event_accumulator.TENSORS: 0})
+        acc.Reload()
+        tags = acc.Tags()
+        for tag in tags.get("scalars", []):
+            ev = acc.Scalars(tag)
+            frames.append(pd.DataFrame({"tag": tag, "step": [e.step for e in ev],
+                                        "value": [e.value for e in ev],
+                                        "wall_time": [e.wall_time for e in ev], "file": str(f)}))
+        for tag in tags.get("tensors", []):  # TF2-style writers store scalars as tensors
+            ev = acc.Tensors(tag)
+            values = [_tensor_scalar(e.tensor_proto) for e in ev]
+            frames.append(pd.DataFrame({"tag": tag, "step": [e.step for e in ev],
+                                        "value": values,
+                                        "wall_time": [e.wall_time for e in ev], "file": str(f)}))
+    if not frames:
+        return pd.DataFrame(columns=["tag", "step", "value", "wall_time", "file"])
+    out = pd.concat(frames, ignore_index=True).sort_values("wall_time", kind="stable")
+    return out.drop_duplicates(["tag", "step"], keep="last").reset_index(drop=True)
+
+
+def _tensor_scalar(proto: Any) -> float:
+    from tensorboard.util import tensor_util
+
+    arr = tensor_util.make_ndarray(proto)
+    return float(arr.reshape(-1)[0]) if arr.size == 1 else math.nan
+
+
+def eval_tags(tags: Iterable[str]) -> dict[str, str]:
+    """``{eval taskset name: tag}`` of the eval-accuracy tags present (largest ``k`` wins)."""
+    best: dict[str, tuple[int, str]] = {}
+    for tag in tags:
+        m = EVAL_TAG.match(tag)
+        if not m:
+            continue
+        k = int(m.group("k") or 0)
+        name = m.group("taskset")
+        if name not in best or k > best[name][0]:
+            best[name] = (k, tag)
+    return {name: tag for name, (_, tag) in sorted(best.items())}
+
+
+def scalars_to_table(scalars: pd.DataFrame, selector: str, seed: int,
+                     eval_taskset: str | None = None, source: str = "run") -> pd.DataFrame:
+    """Map Trinity's tags to tidy columns: one row per step that has any of them.
+
+    ``eval_taskset`` picks the eval set when a run has several (default: the only one).
+    """
+    tags = set(scalars["tag"])
+    evals = eval_tags(tags)
+    if eval_taskset is None and len(evals) > 1:
+        raise RunError(f"{source}: several eval tasksets {sorted(evals)}; choose one with "
+                       "eval_taskset=... (--eval-taskset)")
+    if eval_taskset is not None and eval_taskset not in evals:
+        raise RunError(f"{source}: no eval accuracy for taskset {eval_taskset!r}; "
+                       f"eval tasksets logged: {sorted(evals) or 'none'}")
+    columns: dict[str, str] = {}
+    for column, tag in TRINITY_TAGS.items():
+        for candidate in (tag, *ALIASES.get(column, ())):
+            if candidate in tags:
+                columns[column] = candidate
+                break
+    chosen = eval_taskset or (next(iter(evals)) if evals else None)
+    if chosen is not None:
+        columns["eval_accuracy"] = evals[chosen]
+    if "rollout_accuracy" not in columns:
+        raise RunError(f"{source}: no {TRINITY_TAGS['rollout_accuracy']!r} scalar among "
+                       f"{len(tags)} tags; is this a Trinity-RFT explorer log?")
+    wide = (scalars[scalars["tag"].isin(columns.values())]
+            .pivot_table(index="step", columns="tag", values="value", aggfunc="last"))
+    wide = wide.rename(columns={tag: col for col, tag in columns.items()}).reset_index()
+    for col in TIDY_METRICS:
+        if col not in wide:
+            wide[col] = np.nan
+    wide.insert(0, "seed", seed)
+    wide.insert(0, "selector", selector)
+    wide.columns.name = None
+    if chosen is not None:
+        wide["eval_taskset"] = chosen
+    ordered = [*TIDY_KEYS, *TIDY_METRICS]
+    rest = [c for c in wide.columns if c not in ordered]
+    return wide[ordered + rest].sort_values("step").reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------------------
+# Runs
+# --------------------------------------------------------------------------------------
+
+
+def selector_label(selector_type: str) -> str:
+    """The short name a selector is reported under (``bots`` for the BOTSSelector path)."""
+    if selector_type.rsplit(".", 1)[-1] == "BOTSSelector":
+        return "bots"
+    return selector_type
+
+
+def _read_params(folder: Path) -> dict[str, Any]:
+    file = folder / "params.json"
+    if not file.is_file():
+        return {}
+    try:
+        return json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise RunError(f"{file}: not valid JSON ({exc})") from None
+
+
+def _is_tidy_csv(file: Path) -> bool:
+    try:
+        head = pd.read_csv(file, nrows=0)
+    except Exception:
+        return False
+    return {*TIDY_KEYS, "rollout_accuracy", "eval_accuracy"} <= set(head.columns)
+
+
+def _tidy_csv(folder: Path) -> Path | None:
+    for name in TIDY_CSV_NAMES:
+        if (folder / name).is_file() and _is_tidy_csv(folder / name):
+            return folder / name
+    candidates = sorted(p for p in folder.glob("*.csv") if _is_tidy_csv(p))
+    return candidates[0] if candidates else None
+
+
+def _event_root(event_file: Path) -> Path:
+    """The run folder an event file belongs to (Trinity: the checkpoint job dir)."""
+    parts = event_file.parts
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i] == "tensorboard":
+            root = Path(*parts[:i])
+            return root.parent if root.name == "monitor" else root
+    return event_file.parent
+
+
+def find_runs(path: str | Path) -> list[Path]:
+    """Run folders under ``path``: folders with a tidy CSV, or the roots of event files.
+
+    ``path`` may be a run folder itself, a folder of runs (e.g. a checkpoint root with
+    ``<project>/<name>/`` below it), or a tidy CSV file.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise RunError(f"{path}: no such file or folder")
+    if path.is_file():
+        return [path]
+    if _tidy_csv(path) is not None:
+        return [path]
+    roots: list[Path] = []
+    for f in sorted(path.rglob("*.csv")):
+        if _is_tidy_csv(f) and not any(r in f.parents for r in roots):
+            roots.append(f.parent)
+    for f in sorted(path.rglob(EVENT_GLOB)):
+        root = _event_root(f)
+        if not any(r == root or r in root.parents for r in roots):
+            roots.append(root)
+    if not roots:
+        raise RunError(f"{path}: no tidy results CSV (with columns {', '.join(TIDY_KEYS)}, "
+                       "rollout_accuracy, eval_accuracy) and no TensorBoard event files")
+    return sorted(set(roots))
+
+
+def has_runs(path: str | Path) -> bool:
+    """Whether ``path`` holds at least one readable run (see :func:`find_runs`)."""
+    try:
+        return bool(find_runs(path))
+    except RunError:
+        return False
+
+
+def read_run(path: str | Path, selector: str | None = None, seed: int | None = None,
+             eval_taskset: str | None = None) -> pd.DataFrame:
+    """One run as a tidy table (see the module docstring); ``selector``/``seed`` override
+    what the run's ``params.json`` says."""
+    path = Path(path)
+    if path.is_file() and path.suffix == ".csv":
+        table = pd.read_csv(path)
+        source = path
+        params = _read_params(path.parent)
+    else:
+        csv = _tidy_csv(path)
+        params = _read_params(path)
+        if csv is not None:
+            table, source = pd.read_csv(csv), csv
+        else:
+            scalars = read_scalars(path)
+            if scalars.empty:
+                raise RunError(f"{path}: no scalars in its TensorBoard event files")
+            sel = selector or params.get("selector") or path.name
+            sd = seed if seed is not None else params.get("seed", TRINITY_DEFAULT_SEED)
+            table = scalars_to_table(scalars, selector_label(str(sel)), int(sd), eval_taskset,
+                                     source=str(path))
+            source = path
+    missing = [c for c in (*TIDY_KEYS, "rollout_accuracy", "eval_accuracy") if c not in table]
+    if missing:
+        raise RunError(f"{source}: missing column(s) {missing}")
+    if selector is not None:
+        table["selector"] = selector
+    if seed is not None:
+        table["seed"] = seed
+    if "effective_task_ratio" not in table:
+        table["effective_task_ratio"] = np.nan
+    if "eval_taskset" not in table and params.get("eval_taskset"):
+        table["eval_taskset"] = params["eval_taskset"]
+    table["run"] = str(path)
+    return table
+
+
+def load_runs(paths_: Sequence[str | Path], eval_taskset: str | None = None,
+              progress: bool = True) -> pd.DataFrame:
+    """Every run under ``paths_`` in one tidy table (a ``run`` column tells them apart).
+
+    Raises :class:`RunError` when two runs report the same ``(selector, seed, step)``;
+    give them different seeds (``params.json``) or read them separately.
+    """
+    from tqdm.auto import tqdm
+
+    runs = [r for p in paths_ for r in find_runs(p)]
+    tables = [read_run(r, eval_taskset=eval_taskset)
+              for r in tqdm(runs, desc="reading runs", disable=not progress, file=sys.stderr)]
+    if not tables:
+        raise RunError("no runs given")
+    table = pd.concat(tables, ignore_index=True)
+    dup = table.duplicated(list(TIDY_KEYS), keep=False)
+    if dup.any():
+        clash = table[dup].groupby(list(TIDY_KEYS[:2]))["run"].unique().iloc[0]
+        raise RunError(f"runs {sorted(map(str, clash))} report the same selector and seed; "
+                       "set different seeds in their params.json")
+    return table
+
+
+def eval_label(table: pd.DataFrame) -> str:
+    """A y label for the eval panel: the runs' eval taskset (AIME-24 for the full runs)."""
+    names = (table["eval_taskset"].dropna().unique() if "eval_taskset" in table else [])
+    if len(names) != 1:
+        return "eval accuracy"
+    name = str(names[0])
+    return "AIME-24 accuracy" if "aime" in name.lower() else f"{name} accuracy"
+
+
+# --------------------------------------------------------------------------------------
+# Figures and metrics
+# --------------------------------------------------------------------------------------
+
+
+def draw(table: pd.DataFrame, out_dir: str | Path | None = None, baseline: str = "random",
+         eval_name: str = "eval accuracy", smooth: int = 5, prefix: str = "",
+         title: str | None = None) -> dict[str, Any]:
+    """The results figures and metrics of a tidy table.
+
+    Returns ``{"figures": {name: Figure}, "files": {name: Path}, "summary": DataFrame or
+    None}``. The summary (ETR, TTB, BSF per selector) needs the ``baseline`` selector in
+    the table; without it only ETR and accuracies are reported (``summary`` is None and
+    ``"summary_error"`` says why). Figure files are named ``<prefix><figure>.png``.
+    """
+    from mathagent import metrics, plots
+
+    figs = {"training_curves": plots.plot_training_curves(table, eval_label=eval_name,
+                                                         smooth=smooth, title=title)}
+    if table["effective_task_ratio"].notna().any():
+        figs["effective_task_ratio"] = plots.plot_etr(table, smooth=smooth, title=title)
+    out: dict[str, Any] = {"figures": figs, "files": {}, "summary": None}
+    try:
+        out["summary"] = metrics.summarize(table, baseline=baseline)
+    except (metrics.TableError, ValueError) as exc:
+        out["summary_error"] = str(exc)
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, fig in figs.items():
+            out["files"][name] = plots.save_figure(fig, f"{prefix}{name}", out_dir)
+        table.to_csv(out_dir / "results.csv", index=False)
+        out["files"]["results"] = out_dir / "results.csv"
+        if out["summary"] is not None:
+            out["files"].update(metrics.write_metrics(table, out_dir, baseline=baseline))
+    return out
+
+
+def plot_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR",
+                        help="run folders (Trinity checkpoint job dirs, train-local or "
+                             "simulate outputs), folders of runs, or tidy CSV files")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where to write results.csv, figures and metrics "
+                             "(default runs/plots/<timestamp>)")
+    parser.add_argument("--eval-taskset", default=None,
+                        help="eval taskset to plot when a run logged several")
+    parser.add_argument("--baseline", default="random",
+                        help="selector TTB and BSF are measured against (default random)")
+    parser.add_argument("--smooth", type=int, default=5,
+                        help="moving-average window of the rollout curves (default 5)")
+
+
+def plot_command(args: argparse.Namespace) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    try:
+        table = load_runs(args.runs, eval_taskset=args.eval_taskset)
+    except RunError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out_dir = args.out or paths.new_run_dir("plots")
+    drawn = draw(table, out_dir, baseline=args.baseline, eval_name=eval_label(table),
+                 smooth=args.smooth)
+    counts = table.groupby("selector")["seed"].nunique()
+    print(f"read {table['run'].nunique()} run(s): "
+          + ", ".join(f"{s} ({n} seed{'s' if n > 1 else ''})" for s, n in counts.items()))
+    if drawn["summary"] is not None:
+        cols = ["selector", "n_seeds", "etr_mean", "rollout_accuracy_mean", "eval_best_mean",
+                "ttb_mean", "bsf_mean"]
+        print(drawn["summary"][cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    else:
+        print(f"no TTB/BSF: {drawn.get('summary_error')}")
+    for name, file in drawn["files"].items():
+        print(f"{name}: {file}")
+    return 0

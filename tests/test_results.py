@@ -1,0 +1,281 @@
+"""Reading runs into tidy tables and drawing the results figures (mathagent.results).
+
+The Trinity runs here are written the way Trinity-RFT 0.6.0 writes them: per-task metric
+dicts go through Trinity's own aggregation functions (``trinity.utils.metrics``), the
+pass-rate ratios come from its ``pass_rate_calculator`` operator, and Trinity's
+``TensorboardMonitor`` writes the event files into ``<job>/monitor/tensorboard/<role>/``.
+Only the numbers are made up (no GPU training can run here).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mathagent import cli, results
+
+EVAL_NAME = "eval-aime24"
+
+
+def _experiences(pass_rates: list[float], repeats: int = 4):
+    """Trinity Experience objects: task i gets round(p * repeats) rewards of 1, the rest 0."""
+    import torch
+    from trinity.common.experience import Experience
+
+    exps = []
+    for i, p in enumerate(pass_rates):
+        hits = round(p * repeats)
+        for r in range(repeats):
+            exps.append(Experience(tokens=torch.tensor([1, 2, 3]), prompt_length=1,
+                                   reward=float(r < hits),
+                                   info={"task_index": {"taskset_id": 0, "index": i}}))
+    return exps
+
+
+def trinity_step_metrics(rng: np.random.Generator, level: float, n_tasks: int = 6,
+                         repeats: int = 4) -> tuple[dict, list[float]]:
+    """One explore step's logged metrics, built by Trinity's own code paths."""
+    from trinity.buffer.operators.mappers.pass_rate_calculator import PassRateCalculator
+    from trinity.utils.metrics import aggregate_metrics, calculate_task_level_metrics
+
+    rates = [float(np.clip(level + rng.normal(0, 0.2), 0, 1)) for _ in range(n_tasks)]
+    rates = [round(p * repeats) / repeats for p in rates]
+    task_metrics = []
+    for p in rates:
+        runs = [{"accuracy": float(r < round(p * repeats)), "format_score": 0.0}
+                for r in range(repeats)]
+        task_metrics.append(calculate_task_level_metrics(runs, is_eval=False))
+    metrics = aggregate_metrics(task_metrics, prefix="rollout")
+    _, op_metrics = PassRateCalculator().process(_experiences(rates, repeats))
+    # ExperiencePipeline prefixes numeric operator metrics with "experience_pipeline/".
+    metrics.update({f"experience_pipeline/{k}": float(v) for k, v in op_metrics.items()
+                    if isinstance(v, float | int)})
+    return metrics, rates
+
+
+def trinity_eval_metrics(accuracy: list[list[float]], name: str = EVAL_NAME) -> dict:
+    from trinity.utils.metrics import aggregate_eval_metrics, calculate_task_level_metrics
+
+    per_task = [calculate_task_level_metrics([{"accuracy": a} for a in runs], is_eval=True)
+                for runs in accuracy]
+    return aggregate_eval_metrics(per_task, prefix=f"eval/{name}")
+
+
+def write_trinity_run(root: Path, name: str, selector: str, seed: int, level: float,
+                      steps: int = 12, eval_every: int = 4, params: bool = True,
+                      with_operator: bool = True, eval_names=(EVAL_NAME,)) -> tuple[Path, dict]:
+    """A Trinity job folder with explorer and trainer event files; returns it and the truth."""
+    from trinity.common.config import Config
+    from trinity.utils.monitor import TensorboardMonitor
+
+    job = root / "Data-Augmentation" / name
+    config = Config()
+    config.monitor.cache_dir = str(job / "monitor")
+    explorer = TensorboardMonitor("Data-Augmentation", "", name, "explorer", config)
+    trainer = TensorboardMonitor("Data-Augmentation", "", name, "trainer", config)
+    rng = np.random.default_rng(seed)
+    truth = {"rollout": {}, "eval": {}, "etr": {}}
+    for step in range(steps + 1):
+        if step % eval_every == 0:
+            acc = [[float(rng.random() < level / 2) for _ in range(2)] for _ in range(5)]
+            logged = {}
+            for n in eval_names:
+                logged.update(trinity_eval_metrics(acc, n))
+            explorer.log(logged, step)
+            truth["eval"][step] = float(np.mean(acc))
+        if step > 0:
+            metrics, rates = trinity_step_metrics(rng, level + 0.01 * step)
+            if not with_operator:
+                metrics = {k: v for k, v in metrics.items() if "experience_pipeline" not in k}
+            explorer.log(metrics, step)
+            trainer.log({"critic/rewards/mean": float(np.mean(rates)), "actor/pg_loss": 0.1},
+                        step)
+            truth["rollout"][step] = float(np.mean(rates))
+            truth["etr"][step] = float(np.mean([(0 < p < 1) for p in rates]))
+    explorer.close()
+    trainer.close()
+    if params:
+        (job / "params.json").write_text(json.dumps(
+            {"kind": "train", "selector": selector, "seed": seed, "eval_taskset": eval_names[0]}))
+    return job, truth
+
+
+def test_tag_names_match_trinity_code():
+    """The tags the reader maps are the ones Trinity 0.6.0 composes."""
+    from trinity.buffer.pipelines import experience_pipeline
+
+    metrics, _ = trinity_step_metrics(np.random.default_rng(0), 0.5)
+    assert results.TRINITY_TAGS["rollout_accuracy"] in metrics
+    assert results.TRINITY_TAGS["effective_task_ratio"] in metrics
+    assert 'f"experience_pipeline/{key}"' in inspect.getsource(experience_pipeline)
+    ev = trinity_eval_metrics([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    assert results.eval_tags(ev) == {EVAL_NAME: f"eval/{EVAL_NAME}/accuracy/mean@3"}
+    assert ev[f"eval/{EVAL_NAME}/accuracy/mean@3"] == pytest.approx(2 / 6)
+
+
+def test_read_trinity_run_maps_tags_to_tidy_columns(tmp_path):
+    job, truth = write_trinity_run(tmp_path, "Difficulty-Based-Selector", "difficulty_based",
+                                   7, 0.4)
+    assert (job / "monitor" / "tensorboard" / "explorer").is_dir()
+    table = results.read_run(job)
+    assert list(table.columns[:6]) == ["selector", "seed", "step", "rollout_accuracy",
+                                       "eval_accuracy", "effective_task_ratio"]
+    assert set(table["selector"]) == {"difficulty_based"} and set(table["seed"]) == {7}
+    assert list(table["step"]) == list(range(13))
+    t = table.set_index("step")
+    for step, value in truth["rollout"].items():
+        assert t.loc[step, "rollout_accuracy"] == pytest.approx(value, abs=1e-6)
+        assert t.loc[step, "effective_task_ratio"] == pytest.approx(truth["etr"][step], abs=1e-6)
+    for step, value in truth["eval"].items():
+        assert t.loc[step, "eval_accuracy"] == pytest.approx(value, abs=1e-6)
+    assert t["eval_accuracy"].notna().sum() == len(truth["eval"])
+    assert math.isnan(t.loc[0, "rollout_accuracy"])  # step 0: the startup eval only
+    assert t.loc[5, "trainer_reward"] == pytest.approx(truth["rollout"][5], abs=1e-6)
+    assert set(table["eval_taskset"]) == {EVAL_NAME}
+    assert results.eval_label(table) == "AIME-24 accuracy"
+
+
+def test_run_without_params_falls_back_to_folder_name_and_default_seed(tmp_path):
+    job, _ = write_trinity_run(tmp_path, "Random-Selector", "random", 3, 0.1, params=False,
+                               with_operator=False)
+    table = results.read_run(job)
+    assert set(table["selector"]) == {"Random-Selector"}
+    assert set(table["seed"]) == {results.TRINITY_DEFAULT_SEED}
+    assert table["effective_task_ratio"].isna().all()  # no pass_rate_calculator: no ETR
+    named = results.read_run(job, selector="random", seed=5)
+    assert set(named["selector"]) == {"random"} and set(named["seed"]) == {5}
+
+
+def test_bots_selector_path_is_reported_as_bots():
+    assert results.selector_label("mathagent.selectors.BOTSSelector") == "bots"
+    assert results.selector_label("difficulty_based") == "difficulty_based"
+
+
+def test_resumed_run_keeps_the_later_write(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    folder = tmp_path / "job" / "monitor" / "tensorboard" / "explorer"
+    for value in (0.1, 0.9):  # a restart rewrites step 2 in a second event file
+        w = SummaryWriter(str(folder))
+        w.add_scalar("rollout/accuracy/mean", value, 2)
+        w.add_scalar("rollout/accuracy/mean", value, 1)
+        w.close()
+    assert len(list(folder.glob(results.EVENT_GLOB))) == 2
+    table = results.read_run(tmp_path / "job", selector="random", seed=0)
+    assert list(table["rollout_accuracy"]) == pytest.approx([0.9, 0.9])
+
+
+def test_find_runs_under_a_checkpoint_root(tmp_path):
+    a, _ = write_trinity_run(tmp_path, "Random-Selector", "random", 1, 0.1, steps=2)
+    b, _ = write_trinity_run(tmp_path, "Difficulty-Based-Selector", "difficulty_based", 1, 0.4,
+                             steps=2)
+    assert results.find_runs(tmp_path) == sorted([a, b])
+    assert results.find_runs(a) == [a]
+
+
+def test_several_eval_sets_need_a_choice(tmp_path):
+    job, truth = write_trinity_run(tmp_path, "R", "random", 1, 0.2, steps=4,
+                                   eval_names=(EVAL_NAME, "eval-math500"))
+    with pytest.raises(results.RunError, match=r"several eval tasksets \['eval-aime24', "
+                                               r"'eval-math500'\]"):
+        results.read_run(job)
+    table = results.read_run(job, eval_taskset="eval-math500")
+    assert table.set_index("step").loc[4, "eval_accuracy"] == pytest.approx(truth["eval"][4])
+    with pytest.raises(results.RunError, match="no eval accuracy for taskset 'gsm8k'"):
+        results.read_run(job, eval_taskset="gsm8k")
+
+
+def test_bad_inputs_name_the_path(tmp_path):
+    with pytest.raises(results.RunError, match="no such file or folder"):
+        results.find_runs(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(results.RunError, match="empty: no tidy results CSV"):
+        results.find_runs(tmp_path / "empty")
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(str(tmp_path / "other" / "tensorboard"))
+    w.add_scalar("train/loss", 1.0, 1)
+    w.close()
+    with pytest.raises(results.RunError, match="no 'rollout/accuracy/mean' scalar among 1 tags"):
+        results.read_run(tmp_path / "other")
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"selector": ["random"], "seed": [0], "step": [1],
+                  "rollout_accuracy": [0.1]}).to_csv(bad, index=False)
+    with pytest.raises(results.RunError, match=r"bad.csv: missing column\(s\) \['eval_accuracy'\]"):
+        results.read_run(bad)
+
+
+def test_same_selector_and_seed_twice_is_an_error(tmp_path):
+    write_trinity_run(tmp_path / "a", "R", "random", 1, 0.1, steps=2)
+    write_trinity_run(tmp_path / "b", "R", "random", 1, 0.1, steps=2)
+    with pytest.raises(results.RunError, match="report the same selector and seed"):
+        results.load_runs([tmp_path / "a", tmp_path / "b"], progress=False)
+
+
+def test_simulated_run_is_read_from_its_tidy_csv(tmp_path):
+    from mathagent import simulation as sim
+    from mathagent.selectors import check_selector_settings  # noqa: F401  (selectors importable)
+
+    config = sim.smoke_config(n_tasks=300, steps=12, n_seeds=2, eval_every=4)
+    specs = [s for s in sim.default_specs(config.n_rollouts)
+             if s.label in ("random", "difficulty_based")]
+    result = sim.run_sweep(config, specs, workers=1, progress=False)
+    out = tmp_path / "sim"
+    out.mkdir()
+    result.steps.to_csv(out / "steps.csv", index=False)
+    (out / "params.json").write_text(json.dumps(result.params(), default=str))
+    # other CSVs in the folder (not tidy step tables) are ignored
+    pd.DataFrame({"selector": ["random"], "etr_mean": [0.1]}).to_csv(out / "summary.csv")
+    assert results.find_runs(out) == [out]
+    table = results.load_runs([out], progress=False)
+    assert len(table) == len(result.steps)
+    assert set(table["selector"]) == {"random", "difficulty_based"}
+    pd.testing.assert_series_equal(table["rollout_accuracy"], result.steps["rollout_accuracy"],
+                                   check_names=False)
+
+
+def test_plot_command_draws_the_two_panel_figure(tmp_path, capsys):
+    root = tmp_path / "checkpoints"
+    for seed in (1, 2):
+        write_trinity_run(root / f"s{seed}", "Random-Selector", "random", seed, 0.1,
+                          with_operator=False)
+        write_trinity_run(root / f"s{seed}", "Difficulty-Based-Selector", "difficulty_based",
+                          seed, 0.45)
+    out = tmp_path / "plots"
+    rc = cli.main(["plot", str(root), "--out", str(out), "--smooth", "1"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "read 4 run(s): difficulty_based (2 seeds), random (2 seeds)" in text
+    for name in ("training_curves.png", "effective_task_ratio.png", "results.csv",
+                 "summary.csv", "per_seed.csv"):
+        assert (out / name).is_file(), name
+    table = pd.read_csv(out / "results.csv")
+    assert len(table) == 4 * 13
+    summary = pd.read_csv(out / "summary.csv").set_index("selector")
+    assert summary.loc["random", "bsf_mean"] == pytest.approx(1.0)
+    # the difficulty runs were written with a higher level: better rollout accuracy and ETR
+    assert summary.loc["difficulty_based", "rollout_accuracy_mean"] > \
+        summary.loc["random", "rollout_accuracy_mean"]
+    assert math.isnan(summary.loc["random", "etr_mean"])  # random has no feedback operator
+
+    drawn = results.draw(results.load_runs([root], progress=False), smooth=1,
+                         eval_name="AIME-24 accuracy")
+    fig = drawn["figures"]["training_curves"]
+    left, right = fig.axes[:2]
+    assert left.get_title().startswith("rollout accuracy")
+    assert right.get_title() == "AIME-24 accuracy"
+    assert {ln.get_label() for ln in left.get_lines()} == {"random", "difficulty_based"}
+    # the eval panel has one point per eval step (0, 4, 8, 12)
+    assert all(len(ln.get_xdata()) == 4 for ln in right.get_lines())
+
+
+def test_plot_command_reports_unreadable_runs(tmp_path, capsys):
+    rc = cli.main(["plot", str(tmp_path / "nothing")])
+    assert rc == 2
+    assert "nothing: no such file or folder" in capsys.readouterr().err
