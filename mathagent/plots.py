@@ -1,0 +1,376 @@
+"""Figures about selectors and training runs, drawn from tidy tables only.
+
+Every function takes ``pandas.DataFrame`` tables, the tidy per-step results table (one row per
+``selector, seed, step``; see :mod:`mathagent.metrics`) or one of the small tables the
+simulation writes, draws one matplotlib figure and returns it. Nothing here imports a trainer
+or a selector, so the same figures come from simulated, tutorial-scale and Trinity runs.
+:func:`save_figure` writes a figure where the tutorial collects them.
+
+Seeds are summarised as a mean line with a band: ``band="minmax"`` (the range over seeds) or
+``band="std"`` (mean +- one standard deviation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+# Fixed colours for the selectors a reader meets most, so every figure agrees.
+SELECTOR_COLORS = {
+    "random": "tab:gray",
+    "sequential": "tab:brown",
+    "shuffle": "tab:pink",
+    "offline_easy2hard": "tab:olive",
+    "difficulty_based": "tab:blue",
+    "bots": "tab:orange",
+}
+# Trinity's difficulty_based and BOTSSelector coincide on the same inputs; dashes keep both
+# visible when their lines overlap.
+SELECTOR_STYLES = {"difficulty_based": (0, (4, 3))}
+_CYCLE = ["tab:green", "tab:red", "tab:purple", "tab:cyan", "navy", "darkgoldenrod", "teal",
+          "crimson", "slateblue", "darkgreen", "peru", "orchid", "black"]
+
+
+def _plt():
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def selector_colors(selectors: Sequence[str]) -> dict[str, str]:
+    """A colour per selector: fixed ones for the common names, a cycle for the rest."""
+    out, k = {}, 0
+    for s in selectors:
+        if s in SELECTOR_COLORS:
+            out[s] = SELECTOR_COLORS[s]
+        else:
+            out[s] = _CYCLE[k % len(_CYCLE)]
+            k += 1
+    return out
+
+
+def save_figure(fig, name: str, folder: str | Path | None = None) -> Path:
+    """Write ``fig`` as ``<folder>/<name>.png`` (default: the tutorial's figure folder)."""
+    if folder is None:
+        from mathagent.tutorial import figure_dir
+
+        folder = figure_dir()
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    return path
+
+
+def _check(table: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ValueError(f"{what}: table lacks column(s) {missing}; it has "
+                         f"{list(table.columns)}")
+
+
+def _selectors(table: pd.DataFrame, selectors: Sequence[str] | None) -> list[str]:
+    present = list(dict.fromkeys(table["selector"]))
+    if selectors is None:
+        return present
+    unknown = [s for s in selectors if s not in present]
+    if unknown:
+        raise ValueError(f"selector(s) {unknown} not in the table; it has {present}")
+    return list(selectors)
+
+
+def seed_band(table: pd.DataFrame, metric: str, band: str = "minmax",
+              smooth: int = 1) -> pd.DataFrame:
+    """Per (selector, step): ``mean, lo, hi, n`` of ``metric`` over seeds.
+
+    Rows where ``metric`` is NaN are dropped first (so eval curves use eval steps only).
+    ``smooth > 1`` applies a trailing moving average of that many points within each seed
+    before aggregating.
+    """
+    if band not in ("minmax", "std"):
+        raise ValueError(f"band must be 'minmax' or 'std', not {band!r}")
+    t = table.dropna(subset=[metric]).sort_values(["selector", "seed", "step"])
+    if smooth > 1:
+        t = t.assign(**{metric: t.groupby(["selector", "seed"])[metric].transform(
+            lambda s: s.rolling(smooth, min_periods=1).mean())})
+    g = t.groupby(["selector", "step"])[metric]
+    out = g.agg(["mean", "min", "max", "std", "count"]).reset_index()
+    if band == "minmax":
+        out["lo"], out["hi"] = out["min"], out["max"]
+    else:
+        sd = out["std"].fillna(0.0)
+        out["lo"], out["hi"] = out["mean"] - sd, out["mean"] + sd
+    return out.rename(columns={"count": "n"})[["selector", "step", "mean", "lo", "hi", "n"]]
+
+
+def plot_metric(table: pd.DataFrame, metric: str, ax=None, selectors: Sequence[str] | None = None,
+                band: str = "minmax", smooth: int = 1, colors: dict | None = None,
+                ylabel: str | None = None, legend: bool = True):
+    """One panel: ``metric`` over steps, a mean line and a seed band per selector."""
+    plt = _plt()
+    _check(table, ("selector", "seed", "step", metric), f"plot_metric({metric!r})")
+    names = _selectors(table, selectors)
+    colors = colors or selector_colors(names)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.5))
+    stats = seed_band(table[table["selector"].isin(names)], metric, band, smooth)
+    for name in names:
+        s = stats[stats["selector"] == name]
+        if s.empty:
+            continue
+        ax.plot(s["step"], s["mean"], color=colors[name], label=name, lw=1.6,
+                ls=SELECTOR_STYLES.get(name, "-"), zorder=3 if name in SELECTOR_STYLES else 2)
+        if (s["n"] > 1).any():
+            ax.fill_between(s["step"], s["lo"], s["hi"], color=colors[name], alpha=0.15, lw=0)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel or metric.replace("_", " "))
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=8)
+    return ax
+
+
+def plot_training_curves(table: pd.DataFrame, selectors: Sequence[str] | None = None,
+                         band: str = "minmax", smooth: int = 5, title: str | None = None,
+                         eval_label: str = "eval accuracy", colors: dict | None = None):
+    """The reference figure's two panels for every selector, mean line and seed band.
+
+    Left: rollout accuracy (mean reward of the selected tasks' rollouts) over steps,
+    smoothed over ``smooth`` steps; right: eval accuracy over the steps that have one.
+
+    Args:
+        table: tidy per-step table with ``selector, seed, step, rollout_accuracy,
+            eval_accuracy``.
+        selectors: which selectors, in legend order (default: all, first-seen order).
+        band: ``"minmax"`` or ``"std"`` over seeds.
+        smooth: moving-average window for the rollout panel (1: raw).
+        title: figure title.
+        eval_label: y label of the right panel (e.g. "AIME-24 accuracy").
+        colors: selector -> colour.
+    """
+    plt = _plt()
+    _check(table, ("selector", "seed", "step", "rollout_accuracy", "eval_accuracy"),
+           "plot_training_curves")
+    names = _selectors(table, selectors)
+    colors = colors or selector_colors(names)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    plot_metric(table, "rollout_accuracy", left, names, band, smooth, colors,
+                "rollout accuracy", legend=False)
+    plot_metric(table, "eval_accuracy", right, names, band, 1, colors, eval_label,
+                legend=False)
+    left.set_title("rollout accuracy (training batches)")
+    right.set_title(eval_label)
+    handles, labels = left.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
+               frameon=False)
+    seeds = table[table["selector"].isin(names)].groupby("selector")["seed"].nunique()
+    band_text = "min-max" if band == "minmax" else "+-1 std"
+    fig.suptitle(title or f"mean over {int(seeds.max())} seed(s), band: {band_text}",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_etr(table: pd.DataFrame, selectors: Sequence[str] | None = None,
+             band: str = "minmax", smooth: int = 5, title: str | None = None,
+             colors: dict | None = None):
+    """Effective task ratio (share of the batch with 0 < pass rate < 1) over steps."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    plot_metric(table, "effective_task_ratio", ax, selectors, band, smooth, colors,
+                "effective task ratio", legend=False)
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    ax.set_title(title or "share of selected tasks GRPO can learn from")
+    fig.tight_layout()
+    return fig
+
+
+def plot_signal_curve(curve: pd.DataFrame, title: str | None = None):
+    """Expected learning signal ``p (1 - p)`` and the chance of a mixed group vs pass rate.
+
+    Args:
+        curve: table with ``p, n, signal, p_mixed`` (see
+            :func:`mathagent.simulation.signal_curve`).
+    """
+    plt = _plt()
+    _check(curve, ("p", "n", "signal", "p_mixed"), "plot_signal_curve")
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
+    first = True
+    for n, g in curve.groupby("n"):
+        b.plot(g["p"], g["p_mixed"], label=f"n = {n}")
+        if first:
+            a.plot(g["p"], g["signal"], color="black")
+            first = False
+    a.axvline(0.5, color="gray", ls=":")
+    a.set_xlabel("task pass rate p")
+    a.set_ylabel("expected signal p(1-p)")
+    a.set_title("GRPO signal per task peaks at p = 0.5")
+    b.set_xlabel("task pass rate p")
+    b.set_ylabel("P(group has mixed outcomes)")
+    b.set_title("chance a group is not all-right/all-wrong")
+    b.legend(fontsize=8)
+    for ax in (a, b):
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_posteriors(posteriors: pd.DataFrame, selector: str | None = None,
+                    seed: int | None = None, tasks: Sequence[int] | None = None,
+                    title: str | None = None):
+    """Posterior mean pass rate of a few tasks over steps, +-2 sd band, against the truth.
+
+    Args:
+        posteriors: table with ``selector, seed, step, task, mean, sd, true_pass_rate,
+            selected`` (the simulation's ``posteriors.csv``).
+        selector, seed: which run (default: the first in the table).
+        tasks: which tasks (default: all in the run).
+
+    Dots mark the steps at which a task was selected (explicit evidence); between them the
+    posterior moves only through forgetting and implicit evidence.
+    """
+    plt = _plt()
+    _check(posteriors, ("selector", "seed", "step", "task", "mean", "sd", "true_pass_rate",
+                        "selected"), "plot_posteriors")
+    if posteriors.empty:
+        raise ValueError("plot_posteriors: the table is empty")
+    selector = selector if selector is not None else posteriors["selector"].iloc[0]
+    t = posteriors[posteriors["selector"] == selector]
+    if t.empty:
+        raise ValueError(f"plot_posteriors: no rows for selector {selector!r}")
+    seed = seed if seed is not None else t["seed"].iloc[0]
+    t = t[t["seed"] == seed]
+    tasks = list(tasks) if tasks is not None else list(dict.fromkeys(t["task"]))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    colors = _CYCLE
+    for k, task in enumerate(tasks):
+        g = t[t["task"] == task].sort_values("step")
+        if g.empty:
+            raise ValueError(f"plot_posteriors: task {task} has no rows")
+        c = colors[k % len(colors)]
+        ax.plot(g["step"], g["mean"], color=c, lw=1.5, label=f"task {task}")
+        ax.fill_between(g["step"], (g["mean"] - 2 * g["sd"]).clip(0, 1),
+                        (g["mean"] + 2 * g["sd"]).clip(0, 1), color=c, alpha=0.12, lw=0)
+        ax.plot(g["step"], g["true_pass_rate"], color=c, ls="--", lw=1)
+        sel = g[g["selected"].astype(bool)]
+        ax.scatter(sel["step"], sel["mean"], color=c, s=12, zorder=3)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("step")
+    ax.set_ylabel("pass rate")
+    ax.set_title(title or f"{selector}, seed {seed}: posterior mean (solid, +-2 sd) vs true "
+                          f"pass rate (dashed); dots: selected")
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_beta_densities(posteriors: pd.DataFrame, title: str | None = None, points: int = 400):
+    """Beta densities of a few tasks' posteriors, one curve per row.
+
+    Args:
+        posteriors: table with ``task, alpha, beta`` (optionally ``label``).
+    """
+    from math import lgamma
+
+    plt = _plt()
+    _check(posteriors, ("task", "alpha", "beta"), "plot_beta_densities")
+    x = np.linspace(0.0005, 0.9995, points)
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    for k, row in enumerate(posteriors.itertuples(index=False)):
+        a, b = float(row.alpha), float(row.beta)
+        log_norm = lgamma(a + b) - lgamma(a) - lgamma(b)
+        dens = np.exp(log_norm + (a - 1) * np.log(x) + (b - 1) * np.log1p(-x))
+        label = getattr(row, "label", None) or f"task {row.task}: Beta({a:.2g}, {b:.2g})"
+        ax.plot(x, dens, color=_CYCLE[k % len(_CYCLE)], label=label)
+    ax.set_xlabel("pass rate p")
+    ax.set_ylabel("density")
+    ax.set_title(title or "posterior belief per task")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_ttb_heatmap(table: pd.DataFrame, x: str = "rho", y: str = "lamb",
+                     value: str = "ttb_mean", title: str | None = None):
+    """Heatmap of ``value`` (default mean TTB) over a ``lamb x rho`` grid, cells annotated.
+
+    Args:
+        table: one row per grid cell with columns ``x``, ``y`` and ``value`` (optionally
+            ``ttb_reached``, shown when below 1).
+    """
+    plt = _plt()
+    _check(table, (x, y, value), "plot_ttb_heatmap")
+    grid = table.pivot_table(index=y, columns=x, values=value, aggfunc="mean")
+    reached = (table.pivot_table(index=y, columns=x, values="ttb_reached", aggfunc="mean")
+               if "ttb_reached" in table else None)
+    fig, ax = plt.subplots(figsize=(1.3 * len(grid.columns) + 2.5, 1.0 * len(grid.index) + 1.6))
+    data = grid.to_numpy(dtype=float)
+    im = ax.imshow(data, cmap="viridis_r", aspect="auto", origin="lower")
+    ax.set_xticks(range(len(grid.columns)), [f"{v:g}" for v in grid.columns])
+    ax.set_yticks(range(len(grid.index)), [f"{v:g}" for v in grid.index])
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    for i in range(data.shape[0]):
+        for j in range(data.shape[1]):
+            v = data[i, j]
+            text = "n/a" if np.isnan(v) else f"{v:.2f}"
+            if reached is not None:
+                r = reached.to_numpy(dtype=float)[i, j]
+                if not np.isnan(r) and r < 1:
+                    text += f"\n({r:.0%} reached)"
+            ax.text(j, i, text, ha="center", va="center", fontsize=9,
+                    color="white" if np.isnan(v) or v > np.nanmean(data) else "black")
+    fig.colorbar(im, ax=ax, label=value.replace("_", " "))
+    ax.set_title(title or "time to random's best eval accuracy (lower is faster)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_summary(summary: pd.DataFrame, selectors: Sequence[str] | None = None,
+                 title: str | None = None):
+    """Bars of mean ETR, TTB and BSF per selector with min-max whiskers over seeds.
+
+    Args:
+        summary: :func:`mathagent.metrics.summarize` output.
+    """
+    plt = _plt()
+    cols = [f"{m}_{s}" for m in ("etr", "ttb", "bsf") for s in ("mean", "min", "max")]
+    _check(summary, ("selector", *cols), "plot_summary")
+    s = summary if selectors is None else summary.set_index("selector").loc[
+        list(selectors)].reset_index()
+    names = list(s["selector"])
+    colors = selector_colors(names)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 0.32 * len(names) + 1.8), sharey=True)
+    y = np.arange(len(names))
+    for ax, m, label, ref in zip(axes, ("etr", "ttb", "bsf"),
+                                 ("effective task ratio", "TTB vs random (lower: faster)",
+                                  "BSF vs random (higher: better)"), (None, 1.0, 1.0),
+                                 strict=True):
+        mean = s[f"{m}_mean"].to_numpy(dtype=float)
+        lo = mean - s[f"{m}_min"].to_numpy(dtype=float)
+        hi = s[f"{m}_max"].to_numpy(dtype=float) - mean
+        ax.barh(y, np.nan_to_num(mean), xerr=np.nan_to_num(np.vstack([lo, hi])),
+                color=[colors[n] for n in names], alpha=0.8, error_kw={"lw": 1})
+        for k, v in enumerate(mean):
+            if np.isnan(v):
+                ax.text(0, k, " not reached", va="center", fontsize=7)
+            elif m == "ttb" and "ttb_reached" in s and s["ttb_reached"].iloc[k] < 1:
+                ax.text(v, k, f" {s['ttb_reached'].iloc[k]:.0%} of seeds reached", va="center",
+                        fontsize=7)
+        if ref is not None:
+            ax.axvline(ref, color="black", lw=0.8, ls=":")
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3, axis="x")
+    axes[0].set_yticks(y, names, fontsize=8)
+    axes[0].invert_yaxis()
+    fig.suptitle(title or "mean over seeds, whiskers: min-max", fontsize=10)
+    fig.tight_layout()
+    return fig
