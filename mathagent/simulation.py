@@ -50,12 +50,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -285,7 +285,7 @@ class SelectorSpec:
 # The reference experiment's difficulty_based settings (its m equals the group size).
 UPSTREAM_BOTS = {"lamb": 0.1, "rho": 0.1, "target_reward": 0.8, "tau": 0, "do_sample": True}
 LAMB_GRID = (0.0, 0.1, 0.3)
-RHO_GRID = (0.0, 0.1, 0.3)
+RHO_GRID = (0.0, 0.1)
 TARGET_SWEEP = (0.5, 0.95)
 
 
@@ -536,6 +536,15 @@ class SweepResult:
                 "selectors": self.selectors.to_dict(orient="records")}
 
 
+_FORK_WORLD: World | None = None
+
+
+def _run_in_fork(spec: SelectorSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Worker of :func:`run_sweep`: one selector over every seed of the inherited world."""
+    assert _FORK_WORLD is not None, "run_sweep sets the world before forking"
+    return run_selector(spec, _FORK_WORLD)
+
+
 def run_sweep(config: SimConfig | None = None, specs: Sequence[SelectorSpec] | None = None,
               workers: int | None = None, progress: bool = True,
               world: World | None = None) -> SweepResult:
@@ -544,8 +553,8 @@ def run_sweep(config: SimConfig | None = None, specs: Sequence[SelectorSpec] | N
     Args:
         config: the world and run parameters (default :class:`SimConfig`).
         specs: the selectors (default :func:`default_specs`); all are validated first.
-        workers: threads running selectors side by side (the heavy parts, numpy's Beta
-            draws and torch's top-k, release the GIL). Default: the usable CPU count.
+        workers: processes running selectors side by side (forked, so they share the
+            world read-only). Default: the usable CPU count; 1 runs in this process.
         progress: show a tqdm bar over selector steps.
         world: a world made earlier from ``config`` (made here when omitted).
 
@@ -568,20 +577,24 @@ def run_sweep(config: SimConfig | None = None, specs: Sequence[SelectorSpec] | N
 
     bar = tqdm(total=len(specs) * config.steps, desc="simulate", unit="step",
                disable=not progress)
-    lock = threading.Lock()
-
-    def tick(k: int) -> None:
-        with lock:
-            bar.update(k)
-
-    def one(spec: SelectorSpec):
-        return run_selector(spec, world, tick)
-
-    if workers > 1 and len(specs) > 1:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(one, specs))
+    workers = min(workers, len(specs))
+    if workers > 1 and "fork" in mp.get_all_start_methods():
+        # numpy's Beta draws hold the GIL, so threads do not help: run selectors in forked
+        # processes that inherit the world (no pickling, no re-import), one spec per task.
+        global _FORK_WORLD
+        _FORK_WORLD = world
+        try:
+            with ProcessPoolExecutor(max_workers=workers,
+                                     mp_context=mp.get_context("fork")) as pool:
+                futures = [pool.submit(_run_in_fork, spec) for spec in specs]
+                for fut in as_completed(futures):
+                    fut.result()
+                    bar.update(config.steps)
+                results = [fut.result() for fut in futures]
+        finally:
+            _FORK_WORLD = None
     else:
-        results = [one(s) for s in specs]
+        results = [run_selector(spec, world, bar.update) for spec in specs]
     bar.close()
     steps = pd.concat([r[0] for r in results], ignore_index=True)
     posts = [r[1] for r in results if len(r[1])]
@@ -711,7 +724,7 @@ def simulate_parser(parser: argparse.ArgumentParser) -> None:
                         help="run only these sweep entries (default: all; see --list)")
     parser.add_argument("--list", action="store_true", help="list the sweep entries and exit")
     parser.add_argument("--workers", type=int, default=None,
-                        help="threads running selectors side by side (default: CPU count)")
+                        help="processes running selectors side by side (default: CPU count)")
     parser.add_argument("--out", type=Path, help="run folder (default runs/simulate/<time>)")
     parser.add_argument("--no-figures", action="store_true", help="write tables only")
 
