@@ -1,8 +1,9 @@
 """Figures about selectors and training runs, drawn from tidy tables only.
 
 Every function takes ``pandas.DataFrame`` tables, the tidy per-step results table (one row per
-``selector, seed, step``; see :mod:`mathagent.metrics`) or one of the small tables the
-simulation writes, draws one matplotlib figure and returns it. Nothing here imports a trainer
+``selector, seed, step``; see :mod:`mathagent.metrics`), one of the small tables the
+simulation writes, or a taskset as a DataFrame (the pass-rate landscape figures at the end),
+draws one matplotlib figure and returns it. Nothing here imports a trainer
 or a selector, so the same figures come from simulated, tutorial-scale and Trinity runs.
 :func:`save_figure` writes a figure where the tutorial collects them.
 
@@ -12,7 +13,7 @@ Seeds are summarised as a mean line with a band: ``band="minmax"`` (the range ov
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -372,5 +373,115 @@ def plot_summary(summary: pd.DataFrame, selectors: Sequence[str] | None = None,
     axes[0].set_yticks(y, names, fontsize=8)
     axes[0].invert_yaxis()
     fig.suptitle(title or "mean over seeds, whiskers: min-max", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+# --- Taskset figures (before any training): pass-rate landscapes and difficulty levels.
+# They read DataFrames in the taskset schema (see mathagent.tasks).
+
+
+def pass_rate_histograms(frame: pd.DataFrame, columns: Sequence[str], bins: int = 17,
+                         title: str | None = None):
+    """One histogram per pass-rate column, side by side.
+
+    ``bins`` equal-width bins over [0, 1] centred on ``k / (bins - 1)``: with 17 bins, each
+    possible value of a rate measured from 16 samples gets its own bar, so the spikes at
+    exactly 0 and 1 stand out.
+    """
+    plt = _plt()
+    edges = (np.arange(bins + 1) - 0.5) / (bins - 1)
+    fig, axes = plt.subplots(1, len(columns), figsize=(4.2 * len(columns), 3.2), squeeze=False,
+                             sharey=True)
+    for ax, name in zip(axes[0], columns, strict=True):
+        p = frame[name].to_numpy(dtype=float)
+        ax.hist(p, bins=edges, color="tab:blue", edgecolor="white")
+        ax.set_xlabel(name)
+        ax.set_xlim(-0.05, 1.05)
+        ax.set_title(f"at 0: {np.mean(p == 0):.0%}   at 1: {np.mean(p == 1):.0%}", fontsize=9)
+    axes[0][0].set_ylabel("tasks")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def pass_rate_scatter(frame: pd.DataFrame, x: str, y: str, title: str | None = None):
+    """Weak (``x``) against strong (``y``) pass rate, one marker per distinct pair.
+
+    Pass rates sit on a grid (multiples of 1/n), so plain points hide each other; marker
+    area is proportional to how many tasks share a pair.
+    """
+    plt = _plt()
+    counts = frame.groupby([x, y]).size().rename("tasks").reset_index()
+    fig, ax = plt.subplots(figsize=(4.4, 4.2))
+    ax.scatter(counts[x], counts[y], s=12 + 300 * counts["tasks"] / counts["tasks"].max(),
+               alpha=0.5, color="tab:purple", edgecolor="none")
+    ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
+    ax.set_xlim(-0.05, 1.05)
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    both = frame[x].to_numpy(float), frame[y].to_numpy(float)
+    above = float(np.mean(both[1] >= both[0]))
+    ax.set_title(title or f"{len(frame)} tasks; strong >= weak on {above:.0%}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def extremes_bars(summary: pd.DataFrame):
+    """Stacked shares of tasks at exactly 0, strictly between, and exactly 1 per column.
+
+    ``summary`` is :func:`mathagent.tasks.pass_rate_summary`'s table.
+    """
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.6, 1.1 + 0.55 * len(summary)))
+    left = np.zeros(len(summary))
+    for key, color, label in (("share_0", "tab:red", "always wrong (p = 0)"),
+                              ("share_between", "tab:green", "mixed (0 < p < 1)"),
+                              ("share_1", "tab:gray", "always right (p = 1)")):
+        values = summary[key].to_numpy(float)
+        ax.barh(summary.index, values, left=left, color=color, label=label)
+        left += values
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of tasks")
+    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3,
+              frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def level_counts_bars(splits: Mapping[str, pd.DataFrame], param: str = "difficulty"):
+    """Tasks per generator level, one bar group per split (shares, so splits compare)."""
+    plt = _plt()
+    table = pd.DataFrame({s: f[param].value_counts(normalize=True) for s, f in splits.items()})
+    table = table.fillna(0.0).sort_index()
+    fig, ax = plt.subplots(figsize=(5.6, 3.2))
+    width = 0.8 / max(len(table.columns), 1)
+    for k, split in enumerate(table.columns):
+        ax.bar(table.index + (k - (len(table.columns) - 1) / 2) * width, table[split],
+               width=width, label=f"{split} ({len(splits[split])})")
+    ax.set_xlabel(param)
+    ax.set_ylabel("share of tasks")
+    ax.set_xticks(table.index)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def pass_rate_by_parameter(frame: pd.DataFrame, features: Sequence[str],
+                           param: str = "difficulty"):
+    """Mean pass rate (± standard error) per value of a generator parameter."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.2, 3.2))
+    grouped = frame.groupby(param)
+    for name in features:
+        mean = grouped[name].mean()
+        sem = grouped[name].sem().fillna(0.0)
+        ax.errorbar(mean.index.astype(float), mean.to_numpy(), yerr=sem.to_numpy(), marker="o",
+                    capsize=3, label=name)
+    ax.set_xlabel(param)
+    ax.set_ylabel("mean pass rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -63,6 +63,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mathagent.tasks import informative_probability
+
 WEAK_KEY = "weak_pass_rate"
 STRONG_KEY = "strong_pass_rate"
 FEATURE_KEYS = (WEAK_KEY, STRONG_KEY)
@@ -397,18 +399,11 @@ def expected_signal(p: np.ndarray, n: int) -> np.ndarray:
     return p * (1 - p)
 
 
-def mixed_group_probability(p: np.ndarray, n: int) -> np.ndarray:
-    """Probability that ``n`` rollouts are neither all right nor all wrong: ``1 - p^n -
-    (1-p)^n``, the chance that a task contributes any gradient at all. Shape of ``p``."""
-    p = np.asarray(p, dtype=np.float64)
-    return 1 - p**n - (1 - p) ** n
-
-
 def signal_curve(group_sizes: Iterable[int] = (4, 8, 16), points: int = 101) -> pd.DataFrame:
     """Tidy table ``p, n, signal, p_mixed`` for the signal-curve figure."""
     p = np.linspace(0, 1, points)
     return pd.concat([pd.DataFrame({"p": p, "n": n, "signal": expected_signal(p, n),
-                                    "p_mixed": mixed_group_probability(p, n)})
+                                    "p_mixed": informative_probability(p, n)})
                       for n in group_sizes], ignore_index=True)
 
 

@@ -1347,7 +1347,7 @@ def generate_arithmetic_command(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------------
-# Difficulty landscape (data side; figures live in mathagent.dataplots)
+# Difficulty landscape (data side; figures live in mathagent.plots)
 # --------------------------------------------------------------------------------------
 
 def informative_probability(p: np.ndarray | float, n: int) -> np.ndarray:

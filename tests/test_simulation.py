@@ -14,6 +14,7 @@ import pytest
 
 from mathagent import metrics
 from mathagent import simulation as sim
+from mathagent.tasks import informative_probability
 
 SMALL = sim.smoke_config(n_tasks=1500, steps=40, n_seeds=3, eval_every=5)
 
@@ -65,7 +66,7 @@ def test_learning_signal_is_zero_for_uniform_groups_and_averages_to_p_one_minus_
     for p in (0.05, 0.3, 0.5, 0.9):
         pmf = np.array([comb(n, j) * p**j * (1 - p) ** (n - j) for j in k])
         assert pmf @ g == pytest.approx(sim.expected_signal(p, n))
-        assert pmf[1:n].sum() == pytest.approx(sim.mixed_group_probability(p, n))
+        assert pmf[1:n].sum() == pytest.approx(informative_probability(p, n))
     curve = sim.signal_curve((4, 8), points=11)
     assert set(curve.columns) == {"p", "n", "signal", "p_mixed"} and len(curve) == 22
     assert curve.loc[curve["signal"].idxmax(), "p"] == pytest.approx(0.5)

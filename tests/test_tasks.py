@@ -461,24 +461,24 @@ def test_difficulty_correlations_follow_the_levels():
     assert corr.loc["difficulty", tasks.WEAK_KEY] < -0.5
 
 
-def test_dataplots_draw_what_the_data_says(tmp_path):
+def test_plots_draw_what_the_data_says(tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
-    from mathagent import dataplots
+    from mathagent import plots
 
     frame = pd.DataFrame({"w_pass_rate": [0.0, 0.0, 0.5, 1.0, 0.0625],
                           "s_pass_rate": [0.0, 0.5, 1.0, 1.0, 0.125],
                           "difficulty": [2, 2, 1, 0, 1]})
-    fig = dataplots.pass_rate_histograms(frame, ["w_pass_rate", "s_pass_rate"])
+    fig = plots.pass_rate_histograms(frame, ["w_pass_rate", "s_pass_rate"])
     heights = [sum(p.get_height() for p in ax.patches) for ax in fig.axes]
     assert heights == [5, 5]
     assert fig.axes[0].get_title().startswith("at 0: 40%")
-    fig2 = dataplots.pass_rate_scatter(frame, "w_pass_rate", "s_pass_rate")
+    fig2 = plots.pass_rate_scatter(frame, "w_pass_rate", "s_pass_rate")
     assert len(fig2.axes[0].collections[0].get_offsets()) == 5
-    fig3 = dataplots.pass_rate_by_parameter(frame, ["w_pass_rate"])
+    fig3 = plots.pass_rate_by_parameter(frame, ["w_pass_rate"])
     assert fig3.axes[0].lines[0].get_ydata().tolist() == [1.0, (0.5 + 0.0625) / 2, 0.0]
-    path = dataplots.save(fig, "hist", folder=tmp_path)
+    path = plots.save_figure(fig, "hist", folder=tmp_path)
     assert path.stat().st_size > 1000
 
 
