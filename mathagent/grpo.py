@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
 import inspect
 import json
 import math
@@ -80,15 +79,6 @@ def locate_model(path: str | os.PathLike | None = None) -> Path:
                                         "(a .gguf file or a transformers checkpoint folder)")
             return p
     return bundled_gguf()
-
-
-def sha256sum(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
-    """Hex sha256 of a file (checks a model file rebuilt from parts)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def load_model_and_tokenizer(source: str | os.PathLike | None = None):

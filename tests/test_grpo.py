@@ -139,7 +139,7 @@ def test_locate_model(tmp_path, monkeypatch):
     assert grpo.locate_model() == tmp_path
     monkeypatch.delenv(grpo.MODEL_PATH_ENV)
     bundled = grpo.locate_model()
-    assert bundled.suffix == ".gguf" and grpo.sha256sum(bundled) == grpo.GGUF_SHA256
+    assert bundled.suffix == ".gguf" and tasks.sha256_file(bundled) == grpo.GGUF_SHA256
 
 
 def test_cli_help_and_bad_settings_fail_before_loading_the_model(tmp_path):
