@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "measure-pass-rates": ("mathagent.rollouts", "Measure per-task pass rates into a feature column."),
     "simulate": ("mathagent.simulation", "Run the simulated selector sweep."),
     "ray": ("mathagent.launch", "Start, stop or inspect a local Ray head."),
+    "export-model": ("mathagent.hf_export", "Write the bundled model as a Hugging Face folder."),
     "train": ("mathagent.launch", "Preflight and launch Trinity-RFT training (GPU)."),
     "train-local": ("mathagent.grpo", "Tutorial-scale GRPO on the bundled model (CPU or one GPU)."),
     "plot": ("mathagent.results", "Read run folders and draw the results figures."),

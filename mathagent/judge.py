@@ -206,6 +206,26 @@ def get_judge(lenient: bool = False):
     return lenient_judge if lenient else gsm8k_judge
 
 
+#: The judges a training config may name (``tuner.judge`` / ``train --judge``), by short name.
+#: ``gsm8k_judge`` is the upstream judge and the default; ``lenient_judge`` also reads the
+#: last number of a reply, which gives the bundled 135M model (it almost never boxes) a signal.
+JUDGES: dict[str, str] = {
+    "gsm8k_judge": "mathagent.judge.gsm8k_judge",
+    "lenient_judge": "mathagent.judge.lenient_judge",
+}
+DEFAULT_JUDGE = "gsm8k_judge"
+
+
+def judge_path(name: str) -> str:
+    """The dotted path of a judge given by short name (:data:`JUDGES`) or by dotted path."""
+    if name in JUDGES:
+        return JUDGES[name]
+    if "." not in name:
+        raise ValueError(f"judge {name!r}: use one of {', '.join(JUDGES)} or a dotted path "
+                         "such as mypackage.judges.my_judge")
+    return name
+
+
 # --------------------------------------------------------------------------------------
 # The tricky-case table shown in notebook 02
 # --------------------------------------------------------------------------------------

@@ -84,9 +84,14 @@ REFERENCE_ALGORITHM: dict[str, Any] = {
 MODEL_PATH_ENV = "TRINITY_MODEL_PATH"
 TUNER_BLOCK = "tuner"
 
-#: Where the workflow and the judge live (imported when a plan is built).
+#: Where the workflow lives (imported when a plan is built). The judge is chosen per run
+#: (``tuner.judge`` in the YAML or ``train --judge``) from :data:`mathagent.judge.JUDGES`.
 WORKFLOW = "mathagent.agent.run_react_agent"
-JUDGE = "mathagent.judge.gsm8k_judge"
+
+#: verl's attention settings. verl 0.8.0 defaults to ``flash_attention_2`` and Trinity to
+#: ``use_remove_padding: true``; both need the flash-attn package, which has no wheel.
+ATTN_KEY = "trainer.trainer_config.model.override_config.attn_implementation"
+REMOVE_PADDING_KEY = "trainer.use_remove_padding"
 
 #: Selectors whose choices depend on feedback and which therefore need a feedback operator.
 FEEDBACK_SELECTORS = ("difficulty_based", "bots", "BOTSSelector")
@@ -196,6 +201,10 @@ class LaunchPlan:
     judge_func: Any
     overridden: list[tuple[str, Any, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    judge: str = "gsm8k_judge"
+    #: ``explorer.rollout_model`` settings of the YAML that ``tune()`` drops and the launch
+    #: puts back (:func:`lost_rollout_settings`).
+    carried: dict[str, Any] = field(default_factory=dict)
 
 
 def _import_object(dotted: str) -> Any:
@@ -268,19 +277,126 @@ def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, A
     return rows
 
 
+def flash_attn_available() -> bool:
+    """Whether the flash-attn package is importable here (it has no wheel on PyPI)."""
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def _get_dotted(raw: dict, key: str) -> Any:
+    node: Any = raw
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return ABSENT
+        node = node[part]
+    return node
+
+
+def _set_dotted(raw: dict, key: str, value: Any) -> None:
+    *parents, last = key.split(".")
+    node = raw
+    for part in parents:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    node[last] = value
+
+
+def choose_attention(raw: dict, have_flash_attn: bool | None = None) -> list[str]:
+    """Fill verl's attention settings the YAML leaves unset; return notes saying what was chosen.
+
+    With flash-attn importable verl's defaults stay (``flash_attention_2``, remove padding);
+    without it the run uses PyTorch's ``sdpa`` and keeps padding, which work on any GPU.
+    Settings the YAML gives are never changed (the preflight reports a conflict instead).
+    """
+    have = flash_attn_available() if have_flash_attn is None else have_flash_attn
+    if have:
+        return []
+    notes = []
+    for key, value in ((ATTN_KEY, "sdpa"), (REMOVE_PADDING_KEY, False)):
+        if _get_dotted(raw, key) is ABSENT:
+            _set_dotted(raw, key, value)
+            notes.append(f"`{key}` not set and flash-attn is not installed: using {value!r}")
+    return notes
+
+
+#: ``explorer.rollout_model`` fields that ``tune()`` sets from ``TunerModelConfig`` itself
+#: (agentscope 1.0.21 ``TunerModelConfig.get_config()`` plus ``enable_history``).
+TUNER_ROLLOUT_FIELDS = ("model_path", "max_model_len", "tensor_parallel_size", "engine_num",
+                        "tool_call_parser", "reasoning_parser", "enable_openai_api",
+                        "enable_auto_tool_choice", "enable_history")
+
+
+def lost_rollout_settings(yaml_config: Any, tuned_config: Any) -> dict[str, Any]:
+    """``explorer.rollout_model`` settings of the YAML that ``tune()`` replaced by defaults.
+
+    ``tune()`` builds a fresh ``InferenceModelConfig`` from ``TunerModelConfig``, so every
+    other setting the YAML gave (``enforce_eager``, ``extra_engine_args``,
+    ``gpu_memory_utilization``, ...) silently falls back to Trinity's default. Returns
+    ``{field: YAML value}`` for each field that differs and that ``tune()`` does not own.
+    """
+    import dataclasses
+
+    before, after = yaml_config.explorer.rollout_model, tuned_config.explorer.rollout_model
+    lost = {}
+    for f in dataclasses.fields(before):
+        if f.name in TUNER_ROLLOUT_FIELDS:
+            continue
+        value = getattr(before, f.name)
+        if value != getattr(after, f.name, ABSENT):
+            lost[f.name] = copy.deepcopy(value)
+    return lost
+
+
+def restore_rollout_settings(config: Any, settings: dict[str, Any]) -> Any:
+    """Put ``settings`` back into ``config.explorer.rollout_model``; return ``config``."""
+    for name, value in settings.items():
+        setattr(config.explorer.rollout_model, name, copy.deepcopy(value))
+    return config
+
+
+@contextlib.contextmanager
+def carrying_rollout_settings(settings: dict[str, Any]) -> Iterator[None]:
+    """Inside the block, ``tune()`` keeps the YAML's rollout settings it would drop.
+
+    ``tune()`` looks up ``agentscope.tuner._tune._to_trinity_config`` when it is called; for
+    the block that name points to a wrapper that restores ``settings`` on the config it
+    returns. Nothing installed is edited and the original is back after the block.
+    """
+    import agentscope.tuner._tune as tune_module
+
+    original = tune_module._to_trinity_config
+    if not settings:
+        yield
+        return
+
+    def to_trinity_config(**kwargs: Any) -> Any:
+        return restore_rollout_settings(original(**kwargs), settings)
+
+    tune_module._to_trinity_config = to_trinity_config
+    try:
+        yield
+    finally:
+        tune_module._to_trinity_config = original
+
+
 def load_plan(config_path: str | Path, overrides: Sequence[str] = (),
-              work_dir: str | Path | None = None) -> LaunchPlan:
+              work_dir: str | Path | None = None, judge: str | None = None) -> LaunchPlan:
     """Read a config, apply overrides and the Python-side settings the way ``tune()`` does.
 
     ``overrides`` are ``KEY=VALUE`` strings: Trinity keys (``buffer.batch_size=8``, list
     items by index: ``buffer.explorer_input.eval_tasksets.0.path=/data/aime``) or
-    ``tuner.model.<field>`` / ``tuner.algorithm.<field>``. The YAML handed to Trinity (env
-    variables resolved, paths absolute, ``tuner`` block removed) is written to ``work_dir``
-    (by default a temporary folder removed when the interpreter exits) as
-    ``trinity_config.yaml``.
+    ``tuner.model.<field>`` / ``tuner.algorithm.<field>`` / ``tuner.judge``. ``judge``
+    (the command line's ``--judge``) overrides ``tuner.judge``; both take a name of
+    :data:`mathagent.judge.JUDGES` or a dotted path. verl's attention settings the YAML leaves
+    unset are filled by :func:`choose_attention`. The YAML handed to Trinity (env variables
+    resolved, paths absolute, ``tuner`` block removed) is written to ``work_dir`` (by default
+    a temporary folder removed when the interpreter exits) as ``trinity_config.yaml``.
     """
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
+
+    from mathagent.judge import DEFAULT_JUDGE, judge_path
 
     config_path = Path(config_path)
     if not config_path.is_file():
@@ -307,12 +423,20 @@ def load_plan(config_path: str | Path, overrides: Sequence[str] = (),
 
     settings = reference_settings()
     block = raw.pop(TUNER_BLOCK, None) or {}
-    if not isinstance(block, dict) or set(block) - {"model", "algorithm"}:
+    if not isinstance(block, dict) or set(block) - {"model", "algorithm", "judge"}:
         raise ConfigError(f"{config_path}: invalid setting `{TUNER_BLOCK}`: expected only "
-                          "`model` and `algorithm` sub-blocks")
+                          "`model`, `algorithm` and `judge`")
     for part in ("model", "algorithm"):
         settings[part].update(block.get(part) or {})
+    judge_name = str(judge or block.get("judge") or DEFAULT_JUDGE)
+    try:
+        judge_dotted = judge_path(judge_name)
+    except ValueError as exc:
+        where = "--judge" if judge else f"{config_path}: invalid setting `{TUNER_BLOCK}.judge`"
+        raise ConfigError(f"{where}: {exc}") from None
+    settings["judge"] = judge_name
     resolve_relative_paths(raw)
+    attention_notes = choose_attention(raw)
 
     if work_dir is None:
         work_dir = Path(tempfile.mkdtemp(prefix="mathagent-train-"))
@@ -330,9 +454,9 @@ def load_plan(config_path: str | Path, overrides: Sequence[str] = (),
 
     model, algorithm = _tuner_objects(settings, config_path)
     try:
-        workflow_func, judge_func = _import_object(WORKFLOW), _import_object(JUDGE)
+        workflow_func, judge_func = _import_object(WORKFLOW), _import_object(judge_dotted)
     except Exception as exc:
-        raise ConfigError(f"cannot import the workflow {WORKFLOW} or judge {JUDGE}: "
+        raise ConfigError(f"cannot import the workflow {WORKFLOW} or judge {judge_dotted}: "
                           f"{type(exc).__name__}: {exc}") from None
     from agentscope.tuner import check_judge_function, check_workflow_function
     from agentscope.tuner._config import _to_trinity_config
@@ -345,7 +469,9 @@ def load_plan(config_path: str | Path, overrides: Sequence[str] = (),
     except Exception as exc:
         raise _omegaconf_error(exc, config_path) from exc
 
-    notes = []
+    notes = list(attention_notes)
+    carried = lost_rollout_settings(yaml_config, config)
+    restore_rollout_settings(config, carried)
     # tune() copies only part of TunerModelConfig into Trinity's config (agentscope 1.0.21).
     for name, key in (("temperature", "temperature"), ("top_p", "top_p"),
                       ("enable_thinking", "enable_thinking")):
@@ -356,7 +482,8 @@ def load_plan(config_path: str | Path, overrides: Sequence[str] = (),
     return LaunchPlan(config_path=config_path, trinity_yaml=trinity_yaml, settings=settings,
                       model=model, algorithm=algorithm, yaml_config=yaml_config, config=config,
                       workflow_func=workflow_func, judge_func=judge_func,
-                      overridden=_differences(_flat(yaml_config), _flat(config)), notes=notes)
+                      overridden=_differences(_flat(yaml_config), _flat(config)), notes=notes,
+                      judge=judge_name, carried=carried)
 
 
 def counterpart_path(config_path: str | Path) -> Path | None:
@@ -465,15 +592,7 @@ class RayHead:
 
     def resources(self, timeout: float = 120.0) -> dict[str, float]:
         """``ray.cluster_resources()`` of this head, asked from a short-lived driver process."""
-        code = (f"import json, ray; ray.init(address={self.address!r}, logging_level='ERROR', "
-                "log_to_driver=False); print(json.dumps(ray.cluster_resources())); "
-                "ray.shutdown()")
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=timeout, env=_ray_env())
-        if out.returncode != 0:
-            raise RuntimeError(f"cannot reach the Ray head at {self.address}: "
-                               f"{out.stderr.strip().splitlines()[-1:]}")
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        return cluster_resources(self.address, timeout)
 
     def stop(self, timeout: float = 10.0) -> list[int]:
         """Terminate this head's processes (SIGTERM, then SIGKILL); return the ids stopped."""
@@ -502,6 +621,20 @@ class RayHead:
                 "owns_temp_dir": self.owns_temp_dir}
 
 
+def cluster_resources(address: str, timeout: float = 120.0) -> dict[str, float]:
+    """``ray.cluster_resources()`` of the cluster at ``address``, asked from a short-lived
+    driver process (so this process does not stay connected to it)."""
+    code = (f"import json, ray; ray.init(address={address!r}, logging_level='ERROR', "
+            "log_to_driver=False); print(json.dumps(ray.cluster_resources())); "
+            "ray.shutdown()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=timeout, env=_ray_env())
+    if out.returncode != 0:
+        raise RuntimeError(f"cannot reach the Ray cluster at {address}: "
+                           f"{out.stderr.strip().splitlines()[-1:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def _ray_env() -> dict[str, str]:
     """Environment of the head and of drivers talking to it.
 
@@ -519,10 +652,13 @@ def _ray_env() -> dict[str, str]:
     return env
 
 
-def start_ray_head(num_cpus: int = 1, port: int | None = None, temp_dir: str | None = None,
+def start_ray_head(num_cpus: int | None = 1, port: int | None = None, temp_dir: str | None = None,
                    object_store_memory: int | None = None, timeout: float = 180.0,
-                   attempts: int = 3) -> RayHead:
+                   attempts: int = 3, num_gpus: int | None = None) -> RayHead:
     """Start a local Ray head like ``ray start --head --num-cpus=1 --include-dashboard=false``.
+
+    ``num_cpus`` / ``num_gpus`` None let Ray offer every CPU and GPU of the machine (what a
+    training run needs); the tutorial's and the tests' heads pass 1 CPU and stay small.
 
     A single-machine head without token authentication (see :func:`_ray_env`); for a
     cluster of several machines use ``ray start`` itself. ``temp_dir=None`` makes a private
@@ -534,7 +670,8 @@ def start_ray_head(num_cpus: int = 1, port: int | None = None, temp_dir: str | N
     errors = []
     for _ in range(max(1, attempts)):
         try:
-            return _start_ray_head_once(num_cpus, port, temp_dir, object_store_memory, timeout)
+            return _start_ray_head_once(num_cpus, port, temp_dir, object_store_memory, timeout,
+                                        num_gpus)
         except RuntimeError as exc:
             errors.append(str(exc))
             if "timed out during startup" not in str(exc):
@@ -543,14 +680,18 @@ def start_ray_head(num_cpus: int = 1, port: int | None = None, temp_dir: str | N
                                      else ""))
 
 
-def _start_ray_head_once(num_cpus: int, port: int | None, temp_dir: str | None,
-                         object_store_memory: int | None, timeout: float) -> RayHead:
+def _start_ray_head_once(num_cpus: int | None, port: int | None, temp_dir: str | None,
+                         object_store_memory: int | None, timeout: float,
+                         num_gpus: int | None = None) -> RayHead:
     port = port or _free_port()
     owns = temp_dir is None
     temp_dir = temp_dir or tempfile.mkdtemp(prefix="mathagent-ray-", dir="/tmp")
-    cmd = [_ray_executable(), "start", "--head", f"--num-cpus={num_cpus}",
-           "--include-dashboard=false", f"--port={port}", f"--temp-dir={temp_dir}",
-           "--disable-usage-stats"]
+    cmd = [_ray_executable(), "start", "--head", "--include-dashboard=false", f"--port={port}",
+           f"--temp-dir={temp_dir}", "--disable-usage-stats"]
+    if num_cpus is not None:
+        cmd.append(f"--num-cpus={num_cpus}")
+    if num_gpus is not None:
+        cmd.append(f"--num-gpus={num_gpus}")
     if object_store_memory:
         cmd.append(f"--object-store-memory={int(object_store_memory)}")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -616,8 +757,11 @@ def ray_state_file() -> Path:
 def ray_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["start", "stop", "status"],
                         help="start a local head, stop the head started here, or report it")
-    parser.add_argument("--num-cpus", type=int, default=1,
-                        help="CPUs the head offers to tasks (default 1)")
+    parser.add_argument("--num-cpus", type=int, default=None,
+                        help="CPUs the head offers to tasks (default: all of this machine's; "
+                             "Trinity reserves 3 per trainer GPU and 1 per vLLM engine)")
+    parser.add_argument("--num-gpus", type=int, default=None,
+                        help="GPUs the head offers (default: all it detects)")
     parser.add_argument("--port", type=int, default=None, help="GCS port (default: a free port)")
     parser.add_argument("--temp-dir", default=None,
                         help="Ray session root; /tmp/ray makes `auto` find this head "
@@ -640,8 +784,8 @@ def ray_command(args: argparse.Namespace) -> int:
         from tqdm.auto import tqdm
 
         with tqdm(total=1, desc="starting Ray head", file=sys.stderr) as bar:
-            head = start_ray_head(num_cpus=args.num_cpus, port=args.port,
-                                  temp_dir=args.temp_dir,
+            head = start_ray_head(num_cpus=args.num_cpus, num_gpus=args.num_gpus,
+                                  port=args.port, temp_dir=args.temp_dir,
                                   object_store_memory=args.object_store_memory)
             bar.update()
         state.parent.mkdir(parents=True, exist_ok=True)
@@ -956,6 +1100,126 @@ def check_machine(config: Any, result: Preflight, dry_run: bool) -> None:
                                "model with it; pip install 'trinity-rft[vllm]' on a CUDA machine")
 
 
+#: The upstream versions this package's launch path was run with (FACTS of the H200 runs).
+TESTED_VERSIONS = {"trinity-rft": "0.6.0", "verl": "0.8.0", "agentscope": "1.0.21",
+                   "vllm": "0.23.0"}
+
+
+def check_versions(config: Any, result: Preflight) -> None:
+    """Upstream versions against the tested ones; the colocate fix's version gate."""
+    from mathagent.compat import installed_version
+
+    found = {name: installed_version(name) for name in TESTED_VERSIONS}
+    off = [f"{n} {v} (tested: {TESTED_VERSIONS[n]})" for n, v in found.items()
+           if v is not None and v != TESTED_VERSIONS[n]]
+    if off:
+        result.notes.append("versions differ from the tested set: " + ", ".join(off))
+    trinity = found["trinity-rft"]
+    if config.mode == "colocate" and trinity not in (None, "0.6.0"):
+        result.notes.append(
+            f"mode colocate: the fix for Trinity-RFT#602 (one-GPU deadlock) is for 0.6.0 and is "
+            f"skipped for trinity-rft {trinity}; if this version still reserves a GPU for the "
+            "vLLM engine, the trainer will wait for a second GPU forever")
+
+
+def check_attention(config: Any, result: Preflight, dry_run: bool) -> None:
+    """verl settings that need flash-attn, against whether flash-attn is importable."""
+    verl_model = (getattr(config.trainer, "trainer_config", None) or {})
+    override = _get_dotted({"x": _flatten_plain(verl_model)},
+                           "x.model.override_config.attn_implementation")
+    asks = []
+    if override in (ABSENT, None, "flash_attention_2"):
+        shown = "flash_attention_2 (verl's default)" if override in (ABSENT, None) else override
+        asks.append(f"`{ATTN_KEY}` is {shown}")
+    if config.trainer.use_remove_padding:
+        asks.append(f"`{REMOVE_PADDING_KEY}` is true")
+    if not asks:
+        result.passed.append("attention: sdpa without padding removal (needs no flash-attn)")
+        return
+    need = "; ".join(asks)
+    if flash_attn_available():
+        result.passed.append(f"flash-attn importable ({need})")
+    elif dry_run:
+        result.requirements.append(f"flash-attn importable ({need}); or set "
+                                   f"{ATTN_KEY}=sdpa {REMOVE_PADDING_KEY}=false")
+    else:
+        result.problems.append(f"{need}, which needs the flash-attn package, and it is not "
+                               f"installed (it has no wheel); set {ATTN_KEY}=sdpa and "
+                               f"{REMOVE_PADDING_KEY}=false")
+
+
+def _flatten_plain(obj: Any) -> Any:
+    """Dataclasses and OmegaConf nodes as plain dicts (for :func:`_get_dotted`)."""
+    if hasattr(obj, "__dataclass_fields__"):
+        return {k: _flatten_plain(getattr(obj, k)) for k in obj.__dataclass_fields__}
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(obj, DictConfig):
+            return OmegaConf.to_container(obj, resolve=True)
+    except ImportError:
+        pass
+    if isinstance(obj, dict):
+        return {k: _flatten_plain(v) for k, v in obj.items()}
+    return obj
+
+
+#: CPUs verl's FSDP trainer pool reserves per trainer GPU (``ResourcePoolManager``'s
+#: ``max_colocate_count``, verl 0.8.0), and each vLLM engine's placement-group bundle.
+TRAINER_CPUS_PER_GPU = 3
+ENGINE_CPUS = 1
+
+
+def trinity_reservation(config: Any) -> tuple[float, float, list[str]]:
+    """``(CPUs, GPUs, parts)`` that Trinity's actors reserve in Ray for a checked config.
+
+    Ray places a placement group only when all its bundles fit, and Trinity waits for it
+    without a timeout, so a head offering less makes a run hang instead of failing. In
+    ``colocate`` mode the engine reserves nothing (with the Trinity-RFT#602 fix) and the
+    trainer one GPU; in ``both`` mode each engine reserves a bundle of ``gpu_per_engine`` GPUs
+    and 1 CPU, and the trainer pool 1 GPU and 3 CPUs per trainer GPU.
+    """
+    cluster, explorer = config.cluster, config.explorer
+    cpus = gpus = 0.0
+    parts = []
+    if config.mode in ("both", "explore", "bench", "serve"):
+        models = [explorer.rollout_model, *explorer.auxiliary_models]
+        engines = sum(m.engine_num * m.nnodes for m in models if m.gpu_per_engine)
+        engine_gpus = sum(m.engine_num * m.gpu_per_engine for m in models)
+        cpus += engines * ENGINE_CPUS
+        gpus += engine_gpus
+        parts.append(f"{engines} vLLM engine(s): {engine_gpus:g} GPU, {engines * ENGINE_CPUS} CPU")
+    if config.mode in ("both", "train", "colocate"):
+        n = cluster.trainer_gpu_num or 0
+        cpus += n * TRAINER_CPUS_PER_GPU
+        gpus += n
+        parts.append(f"trainer on {n} GPU(s): {n} GPU, {n * TRAINER_CPUS_PER_GPU} CPU")
+    if config.mode == "colocate":
+        parts.append("vLLM engine shares the trainer's GPU (no reservation)")
+    return cpus, gpus, parts
+
+
+def check_ray_resources(config: Any, address: str, result: Preflight,
+                        resources: dict[str, float] | None = None) -> None:
+    """The Ray cluster's CPUs and GPUs against :func:`trinity_reservation`."""
+    need_cpu, need_gpu, parts = trinity_reservation(config)
+    if resources is None:
+        try:
+            resources = cluster_resources(address)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            result.problems.append(f"cluster.ray_address: {exc}")
+            return
+    have_cpu, have_gpu = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
+    what = f"Trinity reserves {need_cpu:g} CPU and {need_gpu:g} GPU ({'; '.join(parts)})"
+    if have_cpu < need_cpu or have_gpu < need_gpu:
+        result.problems.append(
+            f"Ray cluster at {address} offers {have_cpu:g} CPU and {have_gpu:g} GPU, but {what}; "
+            "the run would wait forever. Restart the head with `python -m mathagent ray stop` "
+            "and `python -m mathagent ray start` (all CPUs and GPUs by default)")
+    else:
+        result.passed.append(f"Ray cluster offers {have_cpu:g} CPU and {have_gpu:g} GPU; {what}")
+
+
 def _replace_prefix(obj: Any, old: str, new: str, _seen: set | None = None) -> Any:
     """Rewrite strings starting with ``old`` inside a tree of dataclasses, dicts and lists."""
     seen = _seen if _seen is not None else set()
@@ -1058,7 +1322,8 @@ def preflight(plan: LaunchPlan, dry_run: bool = False,
     config = plan.config
     result.passed.append(f"config loads with Trinity-RFT's load_config; tune()'s Python-side "
                          f"settings change {len(plan.overridden)} values")
-    result.passed.append(f"workflow {WORKFLOW} and judge {JUDGE} pass agentscope's "
+    judge = f"{plan.judge_func.__module__}.{plan.judge_func.__name__}"
+    result.passed.append(f"workflow {WORKFLOW} and judge {judge} pass agentscope's "
                          "signature checks")
     address = ray_address or config.cluster.ray_address
     found: list[str | None] = [None]
@@ -1074,6 +1339,8 @@ def preflight(plan: LaunchPlan, dry_run: bool = False,
                 "cluster.ray_address=<host:port> (or --ray-address) if it is not found by 'auto'")
 
     steps = [("machine", lambda: check_machine(config, result, dry_run)),
+             ("versions", lambda: check_versions(config, result)),
+             ("attention", lambda: check_attention(config, result, dry_run)),
              ("model", lambda: check_model(config, result, dry_run)),
              ("tasksets", lambda: check_tasksets(config, result)),
              ("selector", lambda: check_selector_and_operators(config, result))]
@@ -1108,6 +1375,14 @@ def preflight(plan: LaunchPlan, dry_run: bool = False,
         result.problems.append(f"Trinity check_and_update(): {type(exc).__name__}: {first}")
     else:
         result.passed.append("Trinity's Config.check_and_update() passes")
+        need_cpu, need_gpu, parts = trinity_reservation(result.checked_config)
+        if dry_run:
+            result.requirements.append(
+                f"a Ray head offering at least {need_cpu:g} CPU and {need_gpu:g} GPU "
+                f"({'; '.join(parts)}); `python -m mathagent ray start` offers all")
+        else:
+            bar.set_postfix_str("ray resources")
+            check_ray_resources(result.checked_config, found[0], result)
     result.notes += [f"Trinity check_and_update() {ln}" for ln in trinity_log]
     if dry_run and any("NO GPU DETECTED" in ln for ln in trinity_log):
         result.notes.append("(the GPU memory estimate runs on the launch machine; no GPU here)")
@@ -1169,12 +1444,14 @@ def summarize_config(config: Any) -> dict[str, Any]:
             op.name for op in config.data_processor.experience_pipeline.operators],
         "explorer": {"eval_interval": config.explorer.eval_interval,
                      "runner_per_model": config.explorer.runner_per_model,
+                     "max_repeat_times_per_runner": config.explorer.max_repeat_times_per_runner,
                      "max_timeout": config.explorer.max_timeout,
                      "rollout_model": {k: getattr(rm, k) for k in (
                          "model_path", "engine_num", "tensor_parallel_size",
                          "gpu_memory_utilization", "enable_openai_api", "enable_history",
                          "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser",
-                         "max_model_len", "max_response_tokens")}},
+                         "max_model_len", "max_response_tokens", "enforce_eager",
+                         "extra_engine_args")}},
         "synchronizer": {k: _plain(getattr(config.synchronizer, k)) for k in (
             "sync_style", "sync_method", "sync_interval", "sync_timeout")},
         "trainer": {k: getattr(config.trainer, k) for k in (
@@ -1325,6 +1602,11 @@ def train_parser(parser: argparse.ArgumentParser) -> None:
                              "config; 'none' to skip)")
     parser.add_argument("--full", action="store_true",
                         help="print every resolved setting instead of the summary")
+    parser.add_argument("--judge", default=None,
+                        help="training judge: gsm8k_judge (upstream, strict \\boxed{}), "
+                             "lenient_judge (also the last number; gives the bundled 135M "
+                             "model a signal) or a dotted path (default: the config's "
+                             "tuner.judge, else gsm8k_judge)")
 
 
 def _default_ray_address(args: argparse.Namespace) -> str | None:
@@ -1340,7 +1622,8 @@ def _default_ray_address(args: argparse.Namespace) -> str | None:
 def train_command(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="mathagent-train-") as work:
         try:
-            plan = load_plan(args.config, args.overrides, work_dir=Path(work) / "run")
+            plan = load_plan(args.config, args.overrides, work_dir=Path(work) / "run",
+                             judge=args.judge)
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -1350,6 +1633,11 @@ def train_command(args: argparse.Namespace) -> int:
         print(format_yaml(plan.settings).rstrip())
         print("\nValues they change:")
         print(format_changes(plan.overridden, "YAML", "used"))
+        print(f"\nJudge: {plan.judge} ({plan.judge_func.__module__}.{plan.judge_func.__name__})")
+        if plan.carried:
+            print("\nRollout settings of the YAML that tune() would drop, carried into the run:")
+            for key, value in plan.carried.items():
+                print(f"  explorer.rollout_model.{key}: {value!r}")
 
         print("\nPreflight" + (" (dry run)" if args.dry_run else "") + ":")
         result = preflight(plan, dry_run=args.dry_run,
@@ -1370,7 +1658,8 @@ def train_command(args: argparse.Namespace) -> int:
             Path(args.compare) if args.compare else counterpart_path(plan.config_path))
         if other is not None:
             try:
-                plan_b = load_plan(other, args.overrides, work_dir=Path(work) / "compare")
+                plan_b = load_plan(other, args.overrides, work_dir=Path(work) / "compare",
+                                   judge=args.judge)
             except ConfigError as exc:
                 print(f"\n(cannot compare with {other}: {exc})")
             else:
@@ -1384,11 +1673,41 @@ def train_command(args: argparse.Namespace) -> int:
         return launch(plan, result)
 
 
+def worker_runtime_env(checked_config: Any) -> dict[str, Any]:
+    """The Ray ``runtime_env`` of the run: Trinity's own env vars, this package importable in
+    every worker, and :mod:`mathagent.compat`'s fixes applied in every worker process."""
+    from mathagent.compat import WORKER_SETUP_HOOK
+
+    env = dict(checked_config.get_envs())
+    pythonpath = [str(paths.REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(
+        os.pathsep) if p and p != str(paths.REPO_ROOT)]
+    env["PYTHONPATH"] = os.pathsep.join(pythonpath)
+    return {"env_vars": env, "worker_process_setup_hook": WORKER_SETUP_HOOK}
+
+
 def launch(plan: LaunchPlan, checked: Preflight) -> int:
-    """Call ``agentscope.tuner.tune()`` (GPU machine); record the run for the results reader."""
+    """Call ``agentscope.tuner.tune()`` (GPU machine); record the run for the results reader.
+
+    Before ``tune()``: the compatibility fixes are applied here, and Ray is joined with a
+    ``runtime_env`` that applies them in every worker (:func:`worker_runtime_env`); Trinity's
+    own ``ray.init`` then finds Ray initialised and keeps it. During ``tune()`` the YAML's
+    rollout settings that it would drop are carried (:func:`carrying_rollout_settings`).
+    """
+    import ray
     import yaml
     from agentscope.tuner import tune
 
+    from mathagent.compat import apply_all
+
+    fixes = apply_all()
+    print("\nCompatibility fixes:")
+    for fix in fixes:
+        print(f"  {fix.line()}")
+    failed = [f for f in fixes if f.status == "failed"]
+    if failed:
+        print(f"\n{len(failed)} compatibility fix(es) could not be applied; the run would stop "
+              "or hang without them: " + "; ".join(f.line() for f in failed), file=sys.stderr)
+        return 1
     run_dir = paths.new_run_dir("train")
     trinity_yaml = run_dir / "trinity_config.yaml"
     raw = yaml.safe_load(plan.trinity_yaml.read_text())
@@ -1401,13 +1720,20 @@ def launch(plan: LaunchPlan, checked: Preflight) -> int:
     params = {"kind": "train", "config": str(plan.config_path),
               "trinity_config": str(trinity_yaml),
               "selector": selector.selector_type, "seed": selector.seed,
+              "judge": plan.judge,
               "eval_taskset": evals[0].name if evals else None,
-              "checkpoint_job_dir": str(job_dir), "settings": plan.settings}
+              "checkpoint_job_dir": str(job_dir), "settings": plan.settings,
+              "carried_rollout_settings": plan.carried,
+              "compat_fixes": {f.name: f.status for f in fixes}}
     for folder in (run_dir, job_dir):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "params.json").write_text(json.dumps(params, indent=2, default=str) + "\n")
     print(f"\nLaunching: TensorBoard logs under {job_dir / 'monitor' / 'tensorboard'}; "
           f"read them with `python -m mathagent plot {job_dir}`")
-    tune(workflow_func=plan.workflow_func, judge_func=plan.judge_func,
-         config_path=str(trinity_yaml), model=plan.model, algorithm=plan.algorithm)
+    ray.init(address=checked.checked_config.cluster.ray_address,
+             namespace=checked.checked_config.ray_namespace,
+             runtime_env=worker_runtime_env(checked.checked_config), ignore_reinit_error=True)
+    with carrying_rollout_settings(plan.carried):
+        tune(workflow_func=plan.workflow_func, judge_func=plan.judge_func,
+             config_path=str(trinity_yaml), model=plan.model, algorithm=plan.algorithm)
     return 0

@@ -1,0 +1,227 @@
+"""Fixes for released upstream versions that stop a one-GPU Trinity-RFT run, applied at launch.
+
+Each :class:`Fix` names the upstream problem, the package and the exact released versions it
+is for. :func:`apply_all` applies the fixes the installed versions need and reports the others
+as skipped; nothing installed is edited: a fix replaces one function of an imported module, in
+the process that applies it. ``python -m mathagent train`` applies them in its own process and,
+through Ray's ``worker_process_setup_hook`` (:data:`WORKER_SETUP_HOOK`), in every Ray worker
+process of the run, which is where Trinity's explorer and verl's training workers live.
+
+The fixes:
+
+* ``trinity-colocate``: Trinity-RFT 0.6.0's ``colocate`` mode (one GPU shared by the vLLM
+  engine and the trainer) deadlocks in Ray scheduling (agentscope-ai/Trinity-RFT#602, fixed on
+  upstream main after the release). The allocator reserves ``{"GPU": 1}`` for the engine in a
+  placement group, and verl's trainer pool then waits forever for a second GPU. The fix starts
+  the engine actor outside any placement group with no GPU reservation, as upstream main does.
+  Only colocate mode sets ``rollout_model.cuda_visible_devices`` in 0.6.0, so that is the switch;
+  every other mode keeps the original code path.
+* ``verl-bert-padding``: verl 0.8.0 (``verl/utils/attention_utils.py``) imports
+  ``flash_attn.bert_padding`` on every CUDA machine, even with ``attn_implementation: sdpa`` and
+  ``use_remove_padding: false`` (Trinity's reference-log-prob step calls it), and flash-attn has
+  no wheel. The fix falls back to verl's own pure-torch copies of the same four functions
+  (``verl.utils.npu_flash_attn_utils``) when flash-attn is not importable; where it is, verl's
+  code runs unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import importlib.metadata
+import importlib.util
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+#: The dotted path Ray imports in each worker process (``runtime_env`` of the driver).
+WORKER_SETUP_HOOK = "mathagent.compat.worker_setup"
+
+_MARK = "_mathagent_fix"
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One compatibility fix: what it is for and how to apply it.
+
+    ``versions`` are the released versions of ``package`` known to need it; for any other
+    version (or when the package is not installed) the fix is skipped. ``condition`` is an
+    extra run-time test (e.g. "flash-attn is not importable") returning None when the fix is
+    wanted, else the reason it is not. ``apply`` patches the imported module and returns
+    False when the patch was already in place.
+    """
+
+    name: str
+    package: str
+    versions: tuple[str, ...]
+    upstream: str
+    summary: str
+    apply: Callable[[], bool]
+    condition: Callable[[], str | None] = lambda: None
+
+
+@dataclass(frozen=True)
+class FixResult:
+    name: str
+    status: str  # "applied", "already applied", "skipped" or "failed"
+    reason: str
+
+    def line(self) -> str:
+        return f"{self.name}: {self.status} ({self.reason})"
+
+
+def installed_version(package: str) -> str | None:
+    """The installed distribution's version, or None when it is not installed."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _replace(owner: object, attr: str, new: Callable) -> bool:
+    """Set ``owner.attr = new`` unless a mathagent fix is already there; keep the original."""
+    current = getattr(owner, attr)
+    if getattr(current, _MARK, False):
+        return False
+    setattr(new, _MARK, True)
+    new.__wrapped__ = current
+    setattr(owner, attr, new)
+    return True
+
+
+# --------------------------------------------------------------------------------------
+# trinity-rft 0.6.0: one-GPU colocate deadlock (agentscope-ai/Trinity-RFT#602)
+# --------------------------------------------------------------------------------------
+
+
+async def _create_colocate_models(allocator):
+    """The colocate engine, started outside any placement group and reserving no GPU.
+
+    It still runs on the one GPU: Trinity's vLLM actor sets ``CUDA_VISIBLE_DEVICES`` from
+    ``rollout_model.cuda_visible_devices`` itself. Returns what ``create_all_models`` returns:
+    ``([rollout wrapper], [])`` (colocate mode has no auxiliary models).
+    """
+    import ray
+    from trinity.common.models.model import ModelWrapper
+    from trinity.common.models.vllm_model import vLLMRolloutModel
+
+    config = copy.deepcopy(allocator.config.rollout_model)
+    config.engine_id = 0
+    config.ray_actor_name = allocator.get_actor_name("rollout", 0, 0)
+    allocator.logger.info("colocate engine %s started outside a placement group "
+                          "(mathagent fix for Trinity-RFT#602)", config.ray_actor_name)
+    actor = (ray.remote(vLLMRolloutModel)
+             .options(name=config.ray_actor_name, num_cpus=0, num_gpus=0,
+                      namespace=config.ray_namespace)
+             .remote(config=config))
+    await actor.prepare.remote()
+    address = await actor.get_api_server_url.remote()
+    wrapper = ModelWrapper(models=[actor], config=config, api_address=address)
+    await wrapper.prepare()
+    return [wrapper], []
+
+
+def _apply_trinity_colocate() -> bool:
+    from trinity.common.models.allocator import Allocator
+
+    original = Allocator.create_all_models
+
+    async def create_all_models(self):
+        if self.config.rollout_model.cuda_visible_devices is not None:  # colocate mode only
+            return await _create_colocate_models(self)
+        return await original(self)
+
+    create_all_models.__doc__ = original.__doc__
+    return _replace(Allocator, "create_all_models", create_all_models)
+
+
+# --------------------------------------------------------------------------------------
+# verl 0.8.0: flash_attn.bert_padding imported on CUDA without flash-attn
+# --------------------------------------------------------------------------------------
+
+
+def _flash_attn_missing() -> str | None:
+    if importlib.util.find_spec("flash_attn") is not None:
+        return "flash-attn is importable, so verl's own import works"
+    return None
+
+
+def _apply_verl_bert_padding() -> bool:
+    from verl.utils import attention_utils
+
+    original = attention_utils._get_attention_functions
+
+    def _get_attention_functions():
+        try:
+            return original()
+        except ImportError:  # no flash-attn: verl's pure-torch versions of the same functions
+            from verl.utils.npu_flash_attn_utils import (
+                index_first_axis,
+                pad_input,
+                rearrange,
+                unpad_input,
+            )
+
+            return index_first_axis, pad_input, rearrange, unpad_input
+
+    return _replace(attention_utils, "_get_attention_functions", _get_attention_functions)
+
+
+FIXES: tuple[Fix, ...] = (
+    Fix(name="trinity-colocate", package="trinity-rft", versions=("0.6.0",),
+        upstream="agentscope-ai/Trinity-RFT#602",
+        summary="colocate mode: start the vLLM engine outside the placement group, so the "
+                "trainer gets the one GPU",
+        apply=_apply_trinity_colocate),
+    Fix(name="verl-bert-padding", package="verl", versions=("0.8.0",),
+        upstream="verl 0.8.0 utils/attention_utils.py imports flash_attn.bert_padding on CUDA",
+        summary="fall back to verl.utils.npu_flash_attn_utils when flash-attn is missing",
+        apply=_apply_verl_bert_padding, condition=_flash_attn_missing),
+)
+
+
+def apply_all(versions: Mapping[str, str | None] | None = None,
+              fixes: tuple[Fix, ...] = FIXES) -> list[FixResult]:
+    """Apply every fix the installed versions need; one :class:`FixResult` per fix.
+
+    ``versions`` maps package names to versions and defaults to what is installed (a test can
+    pass a version that does not need a fix). A fix whose package is missing or at another
+    version is skipped, as is one whose ``condition`` says it is not wanted.
+    """
+    results = []
+    for fix in fixes:
+        have = (versions.get(fix.package) if versions is not None
+                else installed_version(fix.package))
+        if have is None:
+            results.append(FixResult(fix.name, "skipped", f"{fix.package} is not installed"))
+            continue
+        if have not in fix.versions:
+            results.append(FixResult(fix.name, "skipped",
+                                     f"{fix.package} {have} does not need it (fix is for "
+                                     f"{', '.join(fix.versions)}; {fix.upstream})"))
+            continue
+        not_wanted = fix.condition()
+        if not_wanted:
+            results.append(FixResult(fix.name, "skipped", not_wanted))
+            continue
+        try:
+            status = "applied" if fix.apply() else "already applied"
+        except Exception as exc:  # noqa: BLE001 - a fix that cannot be applied is reported
+            results.append(FixResult(fix.name, "failed",
+                                     f"{fix.package} {have}: {type(exc).__name__}: {exc}"))
+            continue
+        results.append(FixResult(fix.name, status,
+                                 f"{fix.package} {have}: {fix.summary}; {fix.upstream}"))
+    return results
+
+
+def worker_setup() -> None:
+    """Ray ``worker_process_setup_hook``: apply the fixes in a worker process, quietly.
+
+    A fix that fails here must not stop an unrelated worker (a data actor, say), so failures
+    are printed to the worker's stderr, which Ray forwards to the driver's log; the driver
+    applies the same fixes first and refuses to launch when one fails there.
+    """
+    for result in apply_all():
+        if result.status == "failed":
+            print(f"mathagent.compat: {result.line()}", file=sys.stderr)

