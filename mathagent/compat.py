@@ -7,6 +7,11 @@ the process that applies it. ``python -m mathagent train`` applies them in its o
 through Ray's ``worker_process_setup_hook`` (:data:`WORKER_SETUP_HOOK`), in every Ray worker
 process of the run, which is where Trinity's explorer and verl's training workers live.
 
+In a worker a fix is applied when its upstream module is imported (a post-import hook on
+``sys.meta_path``), not at worker start: most of Trinity's workers (agent runners, buffer
+actors) never import vLLM's or verl's code, and importing it in each would cost seconds of CPU
+and hundreds of MB per process.
+
 The fixes:
 
 * ``trinity-colocate``: Trinity-RFT 0.6.0's ``colocate`` mode (one GPU shared by the vLLM
@@ -14,8 +19,9 @@ The fixes:
   upstream main after the release). The allocator reserves ``{"GPU": 1}`` for the engine in a
   placement group, and verl's trainer pool then waits forever for a second GPU. The fix starts
   the engine actor outside any placement group with no GPU reservation, as upstream main does.
-  Only colocate mode sets ``rollout_model.cuda_visible_devices`` in 0.6.0, so that is the switch;
-  every other mode keeps the original code path.
+  Only colocate mode sets ``rollout_model.cuda_visible_devices`` in 0.6.0, so that is the switch
+  (the preflight refuses a colocate config where Trinity leaves it unset); every other mode,
+  and a non-vLLM engine, keeps the original code path.
 * ``verl-bert-padding``: verl 0.8.0 (``verl/utils/attention_utils.py``) imports
   ``flash_attn.bert_padding`` on every CUDA machine, even with ``attn_implementation: sdpa`` and
   ``use_remove_padding: false`` (Trinity's reference-log-prob step calls it), and flash-attn has
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import importlib.abc
 import importlib.metadata
 import importlib.util
 import sys
@@ -56,6 +63,7 @@ class Fix:
     versions: tuple[str, ...]
     upstream: str
     summary: str
+    module: str  # the upstream module whose function the fix replaces
     apply: Callable[[], bool]
     condition: Callable[[], str | None] = lambda: None
 
@@ -127,8 +135,9 @@ def _apply_trinity_colocate() -> bool:
     original = Allocator.create_all_models
 
     async def create_all_models(self):
-        if self.config.rollout_model.cuda_visible_devices is not None:  # colocate mode only
-            return await _create_colocate_models(self)
+        rollout = self.config.rollout_model
+        if rollout.cuda_visible_devices is not None and rollout.engine_type.startswith("vllm"):
+            return await _create_colocate_models(self)  # colocate mode only sets the devices
         return await original(self)
 
     create_all_models.__doc__ = original.__doc__
@@ -172,56 +181,132 @@ FIXES: tuple[Fix, ...] = (
         upstream="agentscope-ai/Trinity-RFT#602",
         summary="colocate mode: start the vLLM engine outside the placement group, so the "
                 "trainer gets the one GPU",
-        apply=_apply_trinity_colocate),
+        module="trinity.common.models.allocator", apply=_apply_trinity_colocate),
     Fix(name="verl-bert-padding", package="verl", versions=("0.8.0",),
         upstream="verl 0.8.0 utils/attention_utils.py imports flash_attn.bert_padding on CUDA",
         summary="fall back to verl.utils.npu_flash_attn_utils when flash-attn is missing",
-        apply=_apply_verl_bert_padding, condition=_flash_attn_missing),
+        module="verl.utils.attention_utils", apply=_apply_verl_bert_padding,
+        condition=_flash_attn_missing),
 )
+
+
+def _gate(fix: Fix, versions: Mapping[str, str | None] | None) -> FixResult | None:
+    """Why ``fix`` is skipped here (a :class:`FixResult`), or None when it is wanted."""
+    have = (versions.get(fix.package) if versions is not None
+            else installed_version(fix.package))
+    if have is None:
+        return FixResult(fix.name, "skipped", f"{fix.package} is not installed")
+    if have not in fix.versions:
+        return FixResult(fix.name, "skipped",
+                         f"{fix.package} {have} does not need it (fix is for "
+                         f"{', '.join(fix.versions)}; {fix.upstream})")
+    not_wanted = fix.condition()
+    if not_wanted:
+        return FixResult(fix.name, "skipped", not_wanted)
+    return None
+
+
+def _apply(fix: Fix) -> FixResult:
+    have = installed_version(fix.package)
+    try:
+        status = "applied" if fix.apply() else "already applied"
+    except Exception as exc:  # noqa: BLE001 - a fix that cannot be applied is reported
+        return FixResult(fix.name, "failed", f"{fix.package} {have}: {type(exc).__name__}: {exc}")
+    return FixResult(fix.name, status, f"{fix.package} {have}: {fix.summary}; {fix.upstream}")
 
 
 def apply_all(versions: Mapping[str, str | None] | None = None,
               fixes: tuple[Fix, ...] = FIXES) -> list[FixResult]:
-    """Apply every fix the installed versions need; one :class:`FixResult` per fix.
+    """Apply every fix the installed versions need, now; one :class:`FixResult` per fix.
 
     ``versions`` maps package names to versions and defaults to what is installed (a test can
     pass a version that does not need a fix). A fix whose package is missing or at another
-    version is skipped, as is one whose ``condition`` says it is not wanted.
+    version is skipped, as is one whose ``condition`` says it is not wanted. Applying imports
+    the fix's upstream module; a fix that raises is reported as ``failed``.
     """
     results = []
     for fix in fixes:
-        have = (versions.get(fix.package) if versions is not None
-                else installed_version(fix.package))
-        if have is None:
-            results.append(FixResult(fix.name, "skipped", f"{fix.package} is not installed"))
-            continue
-        if have not in fix.versions:
-            results.append(FixResult(fix.name, "skipped",
-                                     f"{fix.package} {have} does not need it (fix is for "
-                                     f"{', '.join(fix.versions)}; {fix.upstream})"))
-            continue
-        not_wanted = fix.condition()
-        if not_wanted:
-            results.append(FixResult(fix.name, "skipped", not_wanted))
-            continue
         try:
-            status = "applied" if fix.apply() else "already applied"
-        except Exception as exc:  # noqa: BLE001 - a fix that cannot be applied is reported
-            results.append(FixResult(fix.name, "failed",
-                                     f"{fix.package} {have}: {type(exc).__name__}: {exc}"))
-            continue
-        results.append(FixResult(fix.name, status,
-                                 f"{fix.package} {have}: {fix.summary}; {fix.upstream}"))
+            results.append(_gate(fix, versions) or _apply(fix))
+        except Exception as exc:  # noqa: BLE001 - e.g. a broken package's metadata
+            results.append(FixResult(fix.name, "failed", f"{type(exc).__name__}: {exc}"))
     return results
 
 
+class _PostImportLoader(importlib.abc.Loader):
+    """A module's own loader, then the fixes waiting for that module."""
+
+    def __init__(self, loader: importlib.abc.Loader, fixes: list[Fix]) -> None:
+        self.loader, self.fixes = loader, fixes
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self.loader.exec_module(module)
+        module.__loader__ = self.loader
+        for fix in self.fixes:
+            _report(_apply(fix))
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    """Applies fixes right after their upstream module is first imported."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, list[Fix]] = {}
+
+    def find_spec(self, name, path, target=None):
+        fixes = self.waiting.pop(name, None)
+        if fixes is None:
+            return None
+        spec = importlib.util.find_spec(name)  # the other finders (this one no longer waits)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _PostImportLoader(spec.loader, fixes)
+        return spec
+
+
+_FINDER = _PostImportFinder()
+
+
+def _report(result: FixResult) -> None:
+    if result.status == "failed":
+        print(f"mathagent.compat: {result.line()}", file=sys.stderr)
+
+
+def apply_on_import(fixes: tuple[Fix, ...] = FIXES) -> list[str]:
+    """Apply each needed fix now if its module is imported, else as soon as it is.
+
+    Returns the names of the fixes left waiting for their module's import.
+    """
+    waiting = []
+    for fix in fixes:
+        try:
+            skipped = _gate(fix, None)
+        except Exception as exc:  # noqa: BLE001
+            _report(FixResult(fix.name, "failed", f"{type(exc).__name__}: {exc}"))
+            continue
+        if skipped is not None:
+            continue
+        if fix.module in sys.modules:
+            _report(_apply(fix))
+        else:
+            _FINDER.waiting.setdefault(fix.module, []).append(fix)
+            waiting.append(fix.name)
+    if _FINDER.waiting and _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+    return waiting
+
+
 def worker_setup() -> None:
-    """Ray ``worker_process_setup_hook``: apply the fixes in a worker process, quietly.
+    """Ray ``worker_process_setup_hook``: the fixes, applied when their modules are imported.
 
     A fix that fails here must not stop an unrelated worker (a data actor, say), so failures
     are printed to the worker's stderr, which Ray forwards to the driver's log; the driver
     applies the same fixes first and refuses to launch when one fails there.
     """
-    for result in apply_all():
-        if result.status == "failed":
-            print(f"mathagent.compat: {result.line()}", file=sys.stderr)
+    try:
+        apply_on_import()
+    except Exception as exc:  # noqa: BLE001 - never raised in a worker
+        print(f"mathagent.compat: fixes not installed: {type(exc).__name__}: {exc}",
+              file=sys.stderr)

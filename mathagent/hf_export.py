@@ -85,6 +85,8 @@ def export_hf(out: str | os.PathLike, gguf: str | os.PathLike | None = None,
         tmp.chmod(0o755)  # mkdtemp makes it private
         fresh.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        for file in tmp.iterdir():  # safetensors writes its file private (0o600)
+            file.chmod(0o644)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)

@@ -19,8 +19,11 @@ launcher (``main.py`` of the AgentScope "data augment" example) does, with check
    against the group size, selector and operator names), then Trinity's full
    ``Config.check_and_update()``.
 4. **Launch**: print the resolved config and the difference from the sibling run (random
-   vs difficulty-based), then call ``agentscope.tuner.tune()`` with
-   :func:`mathagent.agent.run_react_agent` and :func:`mathagent.judge.gsm8k_judge`.
+   vs difficulty-based), apply :mod:`mathagent.compat`'s fixes (here, and through Ray's
+   worker setup hook in every worker), then call ``agentscope.tuner.tune()`` with
+   :func:`mathagent.agent.run_react_agent` and the run's judge (``tuner.judge`` or
+   ``--judge``; :func:`mathagent.judge.gsm8k_judge` by default), carrying the YAML's
+   ``explorer.rollout_model`` settings that ``tune()`` would drop.
 
 ``--dry-run`` stops before step 4's ``tune()``. It checks everything that does not need the
 launch machine's GPUs (``check_and_update()`` included, with a Ray head it starts and stops
@@ -1122,6 +1125,27 @@ def check_versions(config: Any, result: Preflight) -> None:
             "vLLM engine, the trainer will wait for a second GPU forever")
 
 
+def check_colocate_switch(checked_config: Any, result: Preflight) -> None:
+    """In colocate mode the Trinity-RFT#602 fix needs ``rollout_model.cuda_visible_devices``.
+
+    Trinity 0.6.0 sets it (to ``"0"``) only while capping ``gpu_memory_utilization`` from above
+    0.25; a config asking for 0.25 or less leaves it unset, the fix cannot tell that the engine
+    shares the trainer's GPU, and the run waits for a second GPU forever.
+    """
+    from mathagent.compat import installed_version
+
+    rollout = checked_config.explorer.rollout_model
+    if (checked_config.mode != "colocate" or rollout.cuda_visible_devices is not None
+            or installed_version("trinity-rft") != "0.6.0"):
+        return
+    result.problems.append(
+        f"explorer.rollout_model.gpu_memory_utilization={rollout.gpu_memory_utilization}: in "
+        "colocate mode Trinity-RFT 0.6.0 marks the engine as sharing the GPU only when this is "
+        "above 0.25 (it then caps it at 0.25), and without that mark the one-GPU run deadlocks "
+        "(Trinity-RFT#602); remove the setting, or set "
+        "explorer.rollout_model.cuda_visible_devices=0")
+
+
 def check_attention(config: Any, result: Preflight, dry_run: bool) -> None:
     """verl settings that need flash-attn, against whether flash-attn is importable."""
     verl_model = (getattr(config.trainer, "trainer_config", None) or {})
@@ -1375,6 +1399,7 @@ def preflight(plan: LaunchPlan, dry_run: bool = False,
         result.problems.append(f"Trinity check_and_update(): {type(exc).__name__}: {first}")
     else:
         result.passed.append("Trinity's Config.check_and_update() passes")
+        check_colocate_switch(result.checked_config, result)
         need_cpu, need_gpu, parts = trinity_reservation(result.checked_config)
         if dry_run:
             result.requirements.append(
@@ -1682,6 +1707,11 @@ def worker_runtime_env(checked_config: Any) -> dict[str, Any]:
     pythonpath = [str(paths.REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(
         os.pathsep) if p and p != str(paths.REPO_ROOT)]
     env["PYTHONPATH"] = os.pathsep.join(pythonpath)
+    # Processes that workers start themselves (vLLM's engine workers) join Ray through an
+    # implicit ray.init(), which finds only RAY_ADDRESS or a head recorded in Ray's default
+    # session folder, and the heads started here keep theirs elsewhere; else they start an
+    # empty cluster of their own and Trinity's weight sync cannot find its synchronizer.
+    env["RAY_ADDRESS"] = checked_config.cluster.ray_address
     return {"env_vars": env, "worker_process_setup_hook": WORKER_SETUP_HOOK}
 
 

@@ -59,6 +59,16 @@ ALIASES: dict[str, tuple[str, ...]] = {
 #: Eval accuracy: ``eval/<taskset>/accuracy/mean@<k>`` (``/mean`` appended when the monitor's
 #: ``detailed_stats`` is on; no ``@k`` in the tutorial-scale trainer's tags).
 EVAL_TAG = re.compile(r"^eval/(?P<taskset>.+)/accuracy/mean(?:@(?P<k>\d+))?(?P<detail>/mean)?$")
+#: Seconds a Trinity-RFT 0.6.0 step spent in each phase: the step-0/eval evaluation, the
+#: rollout phase (the explorer's whole step), one agent run on average, the trainer's step
+#: (reference log-probs and actor update) and the trainer's side of the weight sync.
+PHASE_TAGS: dict[str, str] = {
+    "evaluation": "time/eval",
+    "rollout phase": "explore/time/sync_interval",
+    "one agent run (mean)": "rollout/time/run_execution/mean",
+    "training step": "time/train_step",
+    "weight sync": "time/sync_weight",
+}
 TIDY_KEYS = ("selector", "seed", "step")
 TIDY_METRICS = ("rollout_accuracy", "eval_accuracy", "effective_task_ratio")
 TIDY_CSV_NAMES = ("results.csv", "metrics.csv", "steps.csv")
@@ -113,6 +123,17 @@ def _tensor_scalar(proto: Any) -> float:
 
     arr = tensor_util.make_ndarray(proto)
     return float(arr.reshape(-1)[0]) if arr.size == 1 else math.nan
+
+
+def phase_times(path: str | Path) -> pd.DataFrame:
+    """Seconds per phase (rows, :data:`PHASE_TAGS`) and step (columns) of a Trinity run."""
+    scalars = read_scalars(path)
+    wanted = scalars[scalars["tag"].isin(PHASE_TAGS.values())]
+    table = wanted.pivot_table(index="tag", columns="step", values="value", aggfunc="last")
+    names = {tag: phase for phase, tag in PHASE_TAGS.items()}
+    table.index = [names[t] for t in table.index]
+    table.columns = [f"step {c}" for c in table.columns]
+    return table.reindex([p for p in PHASE_TAGS if p in table.index])
 
 
 def eval_tags(tags: Iterable[str]) -> dict[str, str]:

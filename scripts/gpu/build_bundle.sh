@@ -38,10 +38,13 @@ echo "[bundle] downloading $(wc -l < "$W/binary.txt") wheels"
 grep -E "$SDIST_ONLY" "$W/pins.txt" | xargs -r "${PIP[@]}" wheel -q --no-deps -w "$W/whl"
 
 echo "[bundle] trimming vllm"
+other_pythons=()
+for v in 310 311 312 313 314; do
+  [ "$v" = "${PY/./}" ] || other_pythons+=("vllm/third_party/deep_gemm/_C.cpython-$v-x86_64-linux-gnu.so")
+done
 zip -q -d "$W"/whl/vllm-*.whl 'vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so' 'vllm/_moe_C.abi3.so' \
-  'vllm/vllm-rs' 'vllm/third_party/deep_gemm/_C.cpython-3*-x86_64-linux-gnu.so' >/dev/null
+  'vllm/vllm-rs' "${other_pythons[@]}" >/dev/null
 "${PIP[@]}" install -q --no-deps --no-compile --target "$W/site" "${PL[@]}" "$W"/whl/*.whl
-# deep_gemm for the target's Python was removed with the rest above: it is only used by FP8 MoE.
 
 echo "[bundle] packing (xz -9)"
 mkdir -p "$W/b"

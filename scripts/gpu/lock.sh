@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Workstation (any OS, needs registry access): regenerate requirements/gpu.lock from
-# requirements/gpu.in and requirements/gpu-overrides.txt with uv's resolver, for CPython 3.11
+# requirements/gpu.in and requirements/gpu-overrides.txt with uv's resolver, for CPython
 # 3.11 and newer (a universal resolution: where 3.11 and 3.12 need different versions, markers
 # choose; pip evaluates them also with --no-deps).
 # pip cannot resolve this set (see gpu-overrides.txt), hence uv and its --override.

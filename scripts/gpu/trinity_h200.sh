@@ -38,7 +38,7 @@ start)
   tar --exclude=./.gpubundle --exclude=./.git --exclude=./.venv -cf - . | tar -xf - -C "$W/proj"
   cd "$W/proj"
   export PYTHONPATH="$W/proj:$PYTHONPATH"
-  python3 -c "import torch, transformers, vllm, trinity, verl, agentscope, ray; print('versions:', \
+  [ -n "${SKIP_CHECK:-}" ] || python3 -c "import torch, transformers, vllm, trinity, verl, agentscope, ray; print('versions:', \
 torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__, \
 'ray', ray.__version__, 'agentscope', agentscope.__version__)"
   [ -d "$W/model" ] || python3 -m mathagent export-model "$W/model" --gguf "$(ls "$B"/*.gguf)" \
@@ -67,7 +67,11 @@ wait)
       cur=$(grep -aoE "Explore step [0-9]+|Training at step [0-9]+ finished|Eval.*step [0-9]+|Traceback" \
         "$W/$name.log" | tail -1 || true)
       [ "$cur" != "${last[$name]:-}" ] && { log "$name: $cur"; last[$name]=$cur; }
-      if alive "$pidf"; then running=$((running + 1)); fi
+      if alive "$pidf"; then running=$((running + 1))
+      elif [ ! -f "$W/$name.ended" ]; then
+        touch "$W/$name.ended"; log "$name ended; last lines:"
+        grep -av "it/s\]" "$W/$name.log" | tail -n 15 | cut -c1-400
+      fi
     done
     [ $running -eq 0 ] && { log "all runs ended"; break; }
     [ $(( $(date +%s) - t0 )) -ge "$limit" ] && { log "$running run(s) still running"; break; }

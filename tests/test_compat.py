@@ -1,0 +1,499 @@
+"""The version-gated upstream fixes of mathagent.compat and the Ray worker hook that applies them.
+
+A fix replaces a function of an imported upstream module for the whole process, so every
+check runs in a fresh ``python -c`` subprocess and test order does not matter. What is real:
+verl 0.8.0's ``attention_utils`` and its pure-torch padding functions, Trinity-RFT 0.6.0's
+``Allocator`` and config classes, and a local Ray head (1 CPU, no GPU). vLLM cannot run on a
+CPU machine (and is not installed here), so the Trinity tests put a stand-in ``vllm`` package
+on ``sys.meta_path`` (:data:`VLLM_STAND_IN`) and replace the vLLM engine actor with a small fake.
+
+Ray head: one, module-scoped, started by the first test that needs it and stopped (every
+process of it) after the last.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mathagent import compat, launch
+
+pytestmark = pytest.mark.slow  # every test starts a Python that imports verl or Trinity
+
+REPO = Path(__file__).resolve().parents[1]
+RESULT = "RESULT:"
+
+#: vLLM cannot run without a GPU: a stand-in that makes ``vllm`` and every ``vllm.*``
+#: submodule importable, where any attribute is a dummy class (also subscriptable and usable
+#: in ``X | Y``), which is all Trinity's module-level imports and annotations need.
+VLLM_STAND_IN = textwrap.dedent("""
+    import importlib.abc, importlib.machinery, sys, types
+
+    class _AnyMeta(type):
+        def __getattr__(cls, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return _dummy(name)
+        def __getitem__(cls, item):
+            return cls
+        def __or__(cls, other):
+            return cls
+        __ror__ = __or__
+
+    def _dummy(name):
+        return _AnyMeta(name, (), {"__init__": lambda self, *a, **k: None})
+
+    class _StandInModule(types.ModuleType):
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            value = _dummy(name)
+            setattr(self, name, value)
+            return value
+
+    class _VllmStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname == "vllm" or fullname.startswith("vllm."):
+                return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+            return None
+        def create_module(self, spec):
+            return _StandInModule(spec.name)
+        def exec_module(self, module):
+            module.__path__ = []
+
+    sys.meta_path.insert(0, _VllmStandIn())
+""")
+
+#: Prints ``RESULT:<json>``, the line :func:`run_python` returns.
+EMIT = textwrap.dedent(f"""
+    import json as _json
+    def emit(value):
+        print({RESULT!r} + _json.dumps(value, default=str), flush=True)
+""")
+
+
+def run_python(*parts: str, timeout: float = 300) -> tuple[dict, subprocess.CompletedProcess]:
+    """Run the code ``parts`` (each dedented) in a fresh interpreter in the repo root.
+
+    Returns the value the code passed to ``emit()`` and the finished process.
+    """
+    code = "\n".join(textwrap.dedent(part) for part in (EMIT, *parts))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout,
+                          env=launch._ray_env())
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)]
+    assert proc.returncode == 0 and lines, (
+        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}")
+    return json.loads(lines[-1][len(RESULT):]), proc
+
+
+def fix_named(name: str) -> compat.Fix:
+    return next(f for f in compat.FIXES if f.name == name)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _versions_the_fixes_are_for():
+    """The expectations below are for the released versions the fixes name."""
+    for fix in compat.FIXES:
+        have = compat.installed_version(fix.package)
+        if have not in fix.versions:
+            pytest.skip(f"{fix.package} {have} installed; {fix.name} is for {fix.versions}")
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    with launch.local_ray_head(num_cpus=1, object_store_memory=100 * 2**20) as head:
+        yield head
+    assert head.processes() == []
+
+
+# --------------------------------------------------------------------------------------
+# verl-bert-padding
+# --------------------------------------------------------------------------------------
+
+
+def test_verl_unpad_fails_without_flash_attn_and_round_trips_after_fix():
+    """Real verl code: unpad_input needs flash_attn before the fix; after it, verl's
+    pure-torch unpad_input / pad_input round-trip a padded batch."""
+    if importlib.util.find_spec("flash_attn") is not None:
+        pytest.skip("flash-attn is installed: verl's own import works")
+    out, _ = run_python("""
+        import torch
+        from verl.utils import attention_utils
+        from mathagent.compat import apply_all
+
+        torch.manual_seed(0)
+        hidden = torch.randn(2, 5, 3)
+        mask = torch.tensor([[1, 1, 1, 0, 0], [1, 0, 1, 1, 1]])
+        try:
+            attention_utils.unpad_input(hidden, mask)
+            before = None
+        except ModuleNotFoundError as exc:
+            before = {"name": exc.name, "message": str(exc)}
+        status = {r.name: r.status for r in apply_all()}
+        unpadded, indices, cu_seqlens, max_seqlen, used = attention_utils.unpad_input(hidden, mask)
+        padded = attention_utils.pad_input(unpadded, indices, 2, 5)
+        emit({"before": before, "status": status,
+              "rows_equal": torch.equal(unpadded, hidden[mask.bool()]),
+              "indices": indices.tolist(), "cu_seqlens": cu_seqlens.tolist(),
+              "max_seqlen": int(max_seqlen), "used": used.tolist(),
+              "padded_shape": list(padded.shape),
+              "padded_equal": torch.equal(padded, hidden * mask.unsqueeze(-1)),
+              "padding_zero": bool((padded[mask == 0] == 0).all()),
+              "padding_was_nonzero": bool((hidden[mask == 0] != 0).any())})
+    """)
+    assert out["before"] is not None, "unpad_input worked before the fix"
+    assert out["before"]["name"].startswith("flash_attn"), out["before"]
+    assert "flash_attn" in out["before"]["message"]
+    assert out["status"]["verl-bert-padding"] == "applied"
+    assert out["rows_equal"]
+    assert out["indices"] == [0, 1, 2, 5, 7, 8, 9]
+    assert out["cu_seqlens"] == [0, 3, 7] and out["max_seqlen"] == 4 and out["used"] == [3, 4]
+    assert out["padded_shape"] == [2, 5, 3]
+    assert out["padding_was_nonzero"]  # so zeros in the result are pad_input's doing
+    assert out["padded_equal"] and out["padding_zero"]
+
+
+def test_apply_all_twice_is_already_applied():
+    out, _ = run_python("""
+        from verl.utils import attention_utils
+        from mathagent.compat import apply_all
+
+        original = attention_utils._get_attention_functions
+        first = {r.name: r.status for r in apply_all()}
+        patched = attention_utils._get_attention_functions
+        second = {r.name: r for r in apply_all()}
+        now = attention_utils._get_attention_functions
+        emit({"first": first["verl-bert-padding"],
+              "second": second["verl-bert-padding"].status,
+              "second_reason": second["verl-bert-padding"].reason,
+              "replaced": patched is not original, "same": now is patched,
+              "wraps_original": now.__wrapped__ is original})
+    """)
+    assert out["first"] == "applied"
+    assert out["second"] == "already applied"
+    assert "verl 0.8.0" in out["second_reason"]
+    assert out["replaced"] and out["same"]
+    assert out["wraps_original"]  # not wrapped twice
+
+
+# --------------------------------------------------------------------------------------
+# version gating and conditions
+# --------------------------------------------------------------------------------------
+
+
+def test_other_versions_and_missing_packages_are_skipped_untouched():
+    """vLLM cannot run here: the stand-in lets Trinity's allocator module import."""
+    out, _ = run_python(VLLM_STAND_IN, """
+        from trinity.common.models.allocator import Allocator
+        from verl.utils import attention_utils
+        from mathagent.compat import apply_all
+
+        before = (Allocator.create_all_models, attention_utils._get_attention_functions)
+        newer = {r.name: [r.status, r.reason]
+                 for r in apply_all(versions={"trinity-rft": "0.6.1", "verl": "0.8.1"})}
+        missing = {r.name: [r.status, r.reason]
+                   for r in apply_all(versions={"verl": None, "trinity-rft": None})}
+        absent = {r.name: [r.status, r.reason] for r in apply_all(versions={})}
+        after = (Allocator.create_all_models, attention_utils._get_attention_functions)
+        emit({"newer": newer, "missing": missing, "absent": absent,
+              "untouched": [a is b for a, b in zip(before, after)],
+              "marked": [hasattr(f, "_mathagent_fix") for f in after]})
+    """)
+    status, reason = out["newer"]["trinity-colocate"]
+    assert status == "skipped"
+    assert "trinity-rft 0.6.1" in reason and "0.6.0" in reason
+    assert "agentscope-ai/Trinity-RFT#602" in reason
+    status, reason = out["newer"]["verl-bert-padding"]
+    assert status == "skipped"
+    assert "verl 0.8.1" in reason and "0.8.0" in reason
+    assert fix_named("verl-bert-padding").upstream in reason
+    for case in ("missing", "absent"):
+        assert out[case] == {"trinity-colocate": ["skipped", "trinity-rft is not installed"],
+                             "verl-bert-padding": ["skipped", "verl is not installed"]}
+    assert out["untouched"] == [True, True]
+    assert out["marked"] == [False, False]
+
+
+def test_verl_fix_skipped_when_flash_attn_importable(tmp_path):
+    """flash-attn has no CPU wheel: an empty stand-in ``flash_attn`` package on sys.path."""
+    (tmp_path / "flash_attn").mkdir()
+    (tmp_path / "flash_attn" / "__init__.py").write_text('"""stand-in"""\n')
+    out, _ = run_python(f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from verl.utils import attention_utils
+        from mathagent.compat import apply_all
+
+        original = attention_utils._get_attention_functions
+        result = {{r.name: [r.status, r.reason] for r in apply_all()}}["verl-bert-padding"]
+        now = attention_utils._get_attention_functions
+        emit({{"result": result, "untouched": now is original}})
+    """)
+    status, reason = out["result"]
+    assert status == "skipped"
+    assert "flash-attn is importable" in reason
+    assert out["untouched"]
+
+
+# --------------------------------------------------------------------------------------
+# trinity-colocate (agentscope-ai/Trinity-RFT#602)
+# --------------------------------------------------------------------------------------
+
+#: An ExplorerConfig as Trinity's check_and_update() leaves it in colocate mode: one engine on
+#: one GPU (gpu_per_engine 1), ``cuda_visible_devices = "0"``; no OpenAI server.
+EXPLORER_CONFIG = """
+    from trinity.common.config import ExplorerConfig
+
+    def explorer_config(namespace, cuda_visible_devices="0"):
+        cfg = ExplorerConfig()
+        model = cfg.rollout_model
+        model.model_path = "/not/loaded/by/the/fake/engine"
+        model.engine_num, model.gpu_per_engine, model.nnodes = 1, 1, 1
+        model.cuda_visible_devices = cuda_visible_devices
+        model.enable_openai_api = False
+        model.ray_namespace = namespace
+        return cfg
+"""
+
+
+def test_trinity_fix_applied_and_dispatches_on_colocate():
+    """vLLM cannot run here: with the stand-in, apply_all() patches Allocator; the patched
+    create_all_models takes the colocate path only when cuda_visible_devices is set, and the
+    original path (its placement group, here a sentinel raising) otherwise."""
+    out, _ = run_python(VLLM_STAND_IN, EXPLORER_CONFIG, """
+        import asyncio
+        import trinity.common.models.allocator as allocator_module
+        from trinity.common.models.allocator import Allocator
+        from mathagent import compat
+
+        original = Allocator.create_all_models
+        result = {r.name: [r.status, r.reason] for r in compat.apply_all()}["trinity-colocate"]
+        patched = Allocator.create_all_models
+
+        class Sentinel(Exception):
+            pass
+
+        def placement_group(*args, **kwargs):
+            raise Sentinel(args[0])
+
+        async def colocate(allocator):
+            return "colocate path", allocator.config.rollout_model.cuda_visible_devices
+
+        allocator_module.placement_group = placement_group
+        compat._create_colocate_models = colocate
+        try:
+            asyncio.run(Allocator(explorer_config("ns", None)).create_all_models())
+            other = None
+        except Sentinel as exc:
+            other = exc.args[0]
+        chosen = asyncio.run(Allocator(explorer_config("ns", "0")).create_all_models())
+        emit({"result": result, "marked": getattr(patched, "_mathagent_fix", False),
+              "wraps_original": patched.__wrapped__ is original,
+              "doc": patched.__doc__ == original.__doc__,
+              "non_colocate_bundles": other, "colocate": chosen})
+    """)
+    status, reason = out["result"]
+    assert status == "applied"
+    assert "trinity-rft 0.6.0" in reason and "agentscope-ai/Trinity-RFT#602" in reason
+    assert out["marked"] and out["wraps_original"] and out["doc"]
+    # non-colocate: the original code asked for its placement group (one GPU bundle)
+    assert out["non_colocate_bundles"] == [{"GPU": 1.0, "CPU": 1}]
+    assert out["colocate"] == ["colocate path", "0"]
+
+
+def test_colocate_deadlocks_without_fix_and_starts_without_gpu_with_it(ray_head):
+    """The #602 deadlock on a real Ray head with 1 CPU and no GPU. vLLM cannot run without a
+    GPU: the stand-in ``vllm`` plus a fake engine actor in place of ``vLLMRolloutModel``
+    (defined in ``__main__``, so Ray pickles it by value for its worker)."""
+    out, _ = run_python(VLLM_STAND_IN, EXPLORER_CONFIG, f"""
+        import asyncio, os, time
+        import ray
+        from ray.util.placement_group import placement_group_table, remove_placement_group
+        import trinity.common.models.vllm_model as vllm_model
+        from trinity.common.models.allocator import Allocator
+        from trinity.common.models.model import ModelWrapper
+        from mathagent.compat import apply_all
+
+        class FakeEngine:
+            def __init__(self, config):
+                self.config = config
+                self.prepared = False
+
+            async def prepare(self):
+                self.prepared = True
+
+            async def get_api_server_url(self):
+                return None
+
+            def report(self):
+                ctx = ray.get_runtime_context()
+                return {{"pid": os.getpid(), "prepared": self.prepared,
+                         "name": self.config.ray_actor_name,
+                         "resources": ctx.get_assigned_resources(),
+                         "placement_group": ctx.get_placement_group_id(),
+                         "gpu_ids": ray.get_gpu_ids()}}
+
+        vllm_model.vLLMRolloutModel = FakeEngine
+        NS = "mathagent-compat-test"
+        ray.init(address={ray_head.address!r}, namespace=NS, logging_level="ERROR")
+        try:
+            out = {{"cluster": ray.cluster_resources()}}
+            allocator = Allocator(explorer_config(NS))
+            start = time.monotonic()
+            try:
+                asyncio.run(asyncio.wait_for(allocator.create_all_models(), 20))
+                out["unfixed"] = "returned"
+            except asyncio.TimeoutError:
+                out["unfixed"] = "timed out"
+                out["unfixed_s"] = time.monotonic() - start
+                out["bundles"] = allocator.bundle_result.bundles
+                out["pg_state"] = placement_group_table(allocator.pg)["state"]
+                remove_placement_group(allocator.pg)
+            out["status"] = {{r.name: r.status for r in apply_all()}}["trinity-colocate"]
+            allocator = Allocator(explorer_config(NS))
+            start = time.monotonic()
+            rollout, auxiliary = asyncio.run(
+                asyncio.wait_for(allocator.create_all_models(), 20))
+            out["fixed_s"] = time.monotonic() - start
+            out["auxiliary"] = auxiliary
+            out["wrappers"] = [type(w) is ModelWrapper for w in rollout]
+            name = allocator.get_actor_name("rollout", 0, 0)
+            out["name"] = name
+            by_name = ray.get(ray.get_actor(name, namespace=NS).report.remote())
+            via_wrapper = ray.get(rollout[0].model.report.remote())
+            out["by_name"], out["via_wrapper"] = by_name, via_wrapper
+            out["available_gpu"] = ray.available_resources().get("GPU", 0)
+            emit(out)
+        finally:
+            ray.shutdown()
+    """)
+    assert out["cluster"].get("GPU", 0) == 0 and out["cluster"]["CPU"] == 1
+    # without the fix: a placement group that needs a GPU, pending until the timeout
+    assert out["unfixed"] == "timed out"
+    assert out["unfixed_s"] >= 19
+    assert out["bundles"] == [{"GPU": 1.0, "CPU": 1}]
+    assert out["pg_state"] == "PENDING"
+    # with it: one rollout wrapper, no auxiliary models, within the timeout
+    assert out["status"] == "applied"
+    assert out["wrappers"] == [True] and out["auxiliary"] == []
+    assert out["fixed_s"] < 20
+    engine = out["by_name"]
+    assert out["via_wrapper"]["pid"] == engine["pid"]  # the wrapper holds the named actor
+    assert engine["name"] == out["name"] == "explorer_rollout_model_0_0"
+    assert engine["prepared"]
+    assert engine["placement_group"] is None
+    assert "GPU" not in engine["resources"] and engine["gpu_ids"] == []
+
+
+# --------------------------------------------------------------------------------------
+# the Ray worker hook
+# --------------------------------------------------------------------------------------
+
+WORKER_PROBE = """
+    import os
+    import types
+    import ray
+    from mathagent import launch
+
+    class RunConfig:
+        \"\"\"Stand-in for Trinity's checked Config: get_envs() and the Ray address are read.\"\"\"
+        cluster = types.SimpleNamespace(ray_address=ADDRESS)
+        def get_envs(self):
+            return {"MATHAGENT_TEST_JOB_VAR": "job"}
+
+    def probe():
+        from verl.utils import attention_utils
+        return {"pid": os.getpid(),
+                "fixed": getattr(attention_utils._get_attention_functions, "_mathagent_fix",
+                                 False),
+                "job_var": os.environ.get("MATHAGENT_TEST_JOB_VAR"),
+                "own_var": os.environ.get("MATHAGENT_TEST_OWN_VAR")}
+
+    class Probe:
+        def probe(self):
+            return probe()
+
+    runtime_env = launch.worker_runtime_env(RunConfig()) if WITH_HOOK else None
+    ray.init(address=ADDRESS, namespace="mathagent-compat-hook", runtime_env=runtime_env,
+             logging_level="ERROR")
+    try:
+        task = ray.get(ray.remote(probe).remote())
+        actor = ray.remote(Probe).options(
+            num_cpus=0, runtime_env={"env_vars": {"MATHAGENT_TEST_OWN_VAR": "own"}}).remote()
+        emit({"driver": os.getpid(), "runtime_env": runtime_env, "task": task,
+              "actor": ray.get(actor.probe.remote())})
+    finally:
+        ray.shutdown()
+"""
+
+
+def test_worker_hook_applies_fixes_in_tasks_and_actors(ray_head):
+    """worker_runtime_env() makes Ray run compat.worker_setup in each worker process: a task
+    and an actor with its own runtime_env both see verl patched. The control driver, joined
+    without that runtime_env, sees verl unpatched in its workers."""
+    outs = {}
+    for with_hook in (True, False):
+        outs[with_hook], _ = run_python(
+            f"WITH_HOOK = {with_hook}\nADDRESS = {ray_head.address!r}", WORKER_PROBE)
+    hooked = outs[True]
+    assert hooked["runtime_env"]["worker_process_setup_hook"] == compat.WORKER_SETUP_HOOK
+    for worker in ("task", "actor"):
+        assert hooked[worker]["pid"] != hooked["driver"]
+        assert hooked[worker]["fixed"] is True, worker
+        assert hooked[worker]["job_var"] == "job"  # the job's env vars reached it too
+    assert hooked["actor"]["own_var"] == "own"  # the actor's own runtime_env was used
+    assert hooked["task"]["pid"] != hooked["actor"]["pid"]
+    control = outs[False]
+    assert control["task"]["fixed"] is False and control["actor"]["fixed"] is False
+
+
+def test_worker_setup_applies_fixes_when_their_module_is_imported():
+    """In a worker, a fix waits for its upstream module: worker_setup() imports neither verl's
+    nor Trinity's code (most workers never need them); the first import applies the fix."""
+    out, proc = run_python("""
+        import sys
+        from mathagent import compat
+        value = compat.worker_setup()
+        before = [m for m in ("verl.utils.attention_utils", "trinity.common.models.allocator")
+                  if m in sys.modules]
+        from verl.utils import attention_utils
+        emit({"value": value, "before": before,
+              "verl_fixed": getattr(attention_utils._get_attention_functions,
+                                    "_mathagent_fix", False),
+              "loader": type(attention_utils.__loader__).__name__})
+    """)
+    assert out == {"value": None, "before": [], "verl_fixed": True,
+                   "loader": "SourceFileLoader"}, proc.stderr
+    assert "mathagent.compat:" not in proc.stderr
+
+
+def test_fix_failing_on_import_is_reported_and_the_import_still_works():
+    """A fix that raises when its module is imported prints one line and never breaks the
+    import (a worker that imports the module for other reasons must keep running)."""
+    out, proc = run_python("""
+        import sys
+        from mathagent import compat
+
+        def broken():
+            raise RuntimeError("layout changed")
+
+        fix = compat.Fix(name="broken-fix", package="pytest",
+                         versions=(compat.installed_version("pytest"),), upstream="test",
+                         summary="test", module="xml.dom.minidom", apply=broken)
+        assert "xml.dom.minidom" not in sys.modules
+        waiting = compat.apply_on_import((fix,))
+        import xml.dom.minidom
+        root = xml.dom.minidom.parseString("<a/>").documentElement
+        emit({"waiting": waiting, "parsed": root.tagName})
+    """)
+    assert out == {"waiting": ["broken-fix"], "parsed": "a"}
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("mathagent.compat:")]
+    assert len(lines) == 1, proc.stderr
+    assert "broken-fix: failed" in lines[0] and "layout changed" in lines[0]
