@@ -1148,9 +1148,8 @@ def check_colocate_switch(checked_config: Any, result: Preflight) -> None:
 
 def check_attention(config: Any, result: Preflight, dry_run: bool) -> None:
     """verl settings that need flash-attn, against whether flash-attn is importable."""
-    verl_model = (getattr(config.trainer, "trainer_config", None) or {})
-    override = _get_dotted({"x": _flatten_plain(verl_model)},
-                           "x.model.override_config.attn_implementation")
+    verl_config = _flatten_plain(getattr(config.trainer, "trainer_config", None) or {})
+    override = _get_dotted(verl_config, "model.override_config.attn_implementation")
     asks = []
     if override in (ABSENT, None, "flash_attention_2"):
         shown = "flash_attention_2 (verl's default)" if override in (ABSENT, None) else override
