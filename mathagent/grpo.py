@@ -22,8 +22,11 @@ one process on one GPU, or on a CPU with tiny settings, with the bundled SmolLM2
 Every step appends one row to the tidy table ``metrics.csv`` (``selector, seed, step,
 rollout_accuracy, eval_accuracy, effective_task_ratio`` plus timings), logs Trinity's own
 metric names to TensorBoard, and every ``save_interval`` steps checkpoints the policy, the
-optimizer, the sampler's random state and the selector state so a run resumes where it
-stopped. :class:`HFBackend` exposes the same sampler to ``mathagent.rollouts`` so that the
+optimizer, the sampler's random state and the complete selector state (also the posteriors
+of Trinity's ``difficulty_based``, which its own ``state_dict`` leaves out) so a run resumes
+where it stopped and continues exactly as an uninterrupted one. Checkpoints and tables are
+swapped in by renames, so a run killed at any instant resumes with ``--resume``.
+:class:`HFBackend` exposes the same sampler to ``mathagent.rollouts`` so that the
 bundled taskset's pass-rate features describe the very policy this trainer starts from.
 
 Heavy libraries (torch, transformers, datasets, the selectors) are imported inside the
@@ -34,11 +37,13 @@ lacks the agent stack.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import inspect
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -635,9 +640,10 @@ class RunLogger:
 
     ``metrics.csv`` has the shared tidy shape (one row per step, ``selector, seed, step``
     first); ``trinity_metrics.csv`` holds the same numbers under Trinity's tag names (one
-    column per tag, as TensorBoard shows them). Both are rewritten after every step, so an
-    interrupted run leaves valid tables; on resume, rows after the checkpointed step are
-    dropped first and TensorBoard purges its later events.
+    column per tag, as TensorBoard shows them). Both are rewritten after every step through
+    a temporary file and a rename, so a run killed at any moment leaves valid tables; on
+    resume, rows after the checkpointed step are dropped first and TensorBoard purges its
+    later events.
     """
 
     def __init__(self, run_dir: Path, eval_taskset: str, eval_repeats: int,
@@ -651,25 +657,28 @@ class RunLogger:
                      for k, v in TRINITY_TAGS.items()}
         self.rows: list[dict] = []
         if start_step is not None and self.csv.exists():
-            old = pd.read_csv(self.csv)
-            self.rows = old[old["step"] <= start_step].to_dict("records")
+            try:
+                # round_trip: the rows kept are written again, digit for digit
+                old = pd.read_csv(self.csv, float_precision="round_trip")
+                self.rows = old[old["step"] <= start_step].to_dict("records")
+            except (ValueError, KeyError) as exc:
+                raise ValueError(f"{self.csv}: cannot read the metrics table to resume "
+                                 f"({exc})") from None
+            if len(self.rows) < len(old):  # steps after the checkpoint are run again
+                self._write_tables()
         self.writer = None
         try:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"),
-                                        purge_step=(start_step + 1) if start_step else None)
+            self.writer = SummaryWriter(
+                log_dir=str(run_dir / "tensorboard"),
+                purge_step=None if start_step is None else start_step + 1)
         except ImportError:  # tensorboard missing: the CSV files still hold everything
             print("tensorboard is not installed: writing the CSV tables only", file=sys.stderr)
 
     def log(self, row: dict) -> None:
-        import pandas as pd
-
         self.rows.append(row)
-        table = pd.DataFrame(self.rows, columns=TIDY_COLUMNS)
-        table.to_csv(self.csv, index=False)
-        trinity = table[["step", *self.tags]].rename(columns=self.tags)
-        trinity.to_csv(self.trinity_csv, index=False)
+        self._write_tables()
         if self.writer is None:
             return
         step = int(row["step"])
@@ -678,9 +687,185 @@ class RunLogger:
                 self.writer.add_scalar(tag, float(row[key]), step)
         self.writer.flush()
 
+    def _write_tables(self) -> None:
+        import pandas as pd
+
+        # through a temporary file and a rename: a kill never leaves a torn table
+        table = pd.DataFrame(self.rows, columns=TIDY_COLUMNS)
+        atomic_write_text(self.csv, table.to_csv(index=False))
+        trinity = table[["step", *self.tags]].rename(columns=self.tags)
+        atomic_write_text(self.trinity_csv, trinity.to_csv(index=False))
+
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+# --------------------------------------------------------------------------------------
+# Files that survive a kill at any instant
+# --------------------------------------------------------------------------------------
+
+# A checkpoint folder holds these files; trainer_state.json is written last, so a folder
+# holding all of them with a readable trainer_state.json is complete.
+CHECKPOINT_FILES = ("policy.pt", "optimizer.pt", "state.pt")
+CHECKPOINT_MARKER = "trainer_state.json"
+CHECKPOINT_NAME = "checkpoint"  # the run's current checkpoint
+CHECKPOINT_TMP = "checkpoint.tmp"  # the next one, being written
+CHECKPOINT_OLD = "checkpoint.old"  # the previous one, being retired
+
+
+class NoCheckpointError(FileNotFoundError):
+    """A run folder holds no complete checkpoint."""
+
+
+def _fsync(fd: int) -> None:
+    # some file systems do not support it; the order of the renames still holds
+    with contextlib.suppress(OSError):
+        os.fsync(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        _fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``path`` through a temporary file and a rename: readers (and a resume after a
+    kill) see the old content or the new one, never a torn file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        _fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def checkpoint_step(folder: Path) -> int | None:
+    """The step of the complete checkpoint in ``folder``; None if absent or incomplete."""
+    try:
+        meta = json.loads((Path(folder) / CHECKPOINT_MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
+        return None
+    if not all((Path(folder) / name).is_file() for name in CHECKPOINT_FILES):
+        return None
+    return meta["step"]
+
+
+def _install_checkpoint(run_dir: Path, src: Path) -> Path:
+    """Make the complete checkpoint folder ``src`` the run's ``checkpoint``.
+
+    Renames only: ``checkpoint`` -> ``checkpoint.old``, ``src`` -> ``checkpoint``, then
+    ``checkpoint.old`` is removed. A kill between any two operations leaves at least one
+    complete checkpoint that :func:`recover_checkpoint` finds.
+    """
+    ckpt, old = run_dir / CHECKPOINT_NAME, run_dir / CHECKPOINT_OLD
+    if old.exists():  # left by a kill; never the newest complete one here
+        shutil.rmtree(old)
+    if ckpt.exists():
+        os.rename(ckpt, old)
+    os.rename(src, ckpt)
+    _fsync_dir(run_dir)
+    if old.exists():
+        shutil.rmtree(old)
+    return ckpt
+
+
+def recover_checkpoint(run_dir: Path) -> int | None:
+    """Clean up after a kill and return the step of ``run_dir/checkpoint``.
+
+    Of ``checkpoint``, ``checkpoint.tmp`` and ``checkpoint.old`` the newest complete one
+    (ties: in that order) becomes ``checkpoint``; the others are removed. Each operation
+    keeps that newest complete checkpoint on disk, so a kill during recovery is recovered
+    the same way. Returns None when there is no complete checkpoint (incomplete leftovers
+    of ``checkpoint.tmp``/``checkpoint.old`` are removed then).
+
+    Raises:
+        ValueError: ``checkpoint`` itself is incomplete and nothing complete replaces it
+            (files deleted by hand): removing it would lose data, so a person decides.
+    """
+    run_dir = Path(run_dir)
+    names = (CHECKPOINT_NAME, CHECKPOINT_TMP, CHECKPOINT_OLD)
+    found = [(step, -rank, name) for rank, name in enumerate(names)
+             if (step := checkpoint_step(run_dir / name)) is not None]
+    ckpt = run_dir / CHECKPOINT_NAME
+    if not found:
+        if ckpt.exists():
+            missing = [f for f in (*CHECKPOINT_FILES, CHECKPOINT_MARKER)
+                       if not (ckpt / f).is_file()]
+            raise ValueError(f"checkpoint {ckpt} is incomplete (missing or unreadable: "
+                             f"{', '.join(missing) or CHECKPOINT_MARKER}); remove it to start "
+                             "the run again from step 0")
+        for name in (CHECKPOINT_TMP, CHECKPOINT_OLD):
+            if (run_dir / name).exists():
+                shutil.rmtree(run_dir / name)
+        return None
+    step, _, best = max(found)
+    tmp, old = run_dir / CHECKPOINT_TMP, run_dir / CHECKPOINT_OLD
+    if best == CHECKPOINT_OLD:  # move it where the swap below expects the newcomer
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        os.rename(old, tmp)
+        best = CHECKPOINT_TMP
+    if best == CHECKPOINT_TMP:
+        _install_checkpoint(run_dir, tmp)
+    for name in (CHECKPOINT_TMP, CHECKPOINT_OLD):
+        if (run_dir / name).exists():
+            shutil.rmtree(run_dir / name)
+    return step
+
+
+def truncate_jsonl(path: Path, last_step: int) -> int:
+    """Keep the records of ``path`` with ``step <= last_step`` (atomically); returns how
+    many were dropped. A torn last line (a kill during the append) is dropped too.
+
+    Raises:
+        ValueError: a line other than the last is not a JSON record with a step.
+    """
+    path = Path(path)
+    if not path.exists():
+        return 0
+    text = path.read_text()
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    keep, dropped = [], 0
+    for k, line in enumerate(lines, start=1):
+        try:
+            step = json.loads(line)["step"]
+        except (ValueError, TypeError, KeyError):
+            if k == len(lines) and not text.endswith("\n"):  # torn by a kill
+                dropped += 1
+                continue
+            raise ValueError(f"{path}: line {k} is not a JSON record with a 'step'") from None
+        if int(step) <= last_step:
+            keep.append(line)
+        else:
+            dropped += 1
+    if dropped:
+        atomic_write_text(path, "".join(line + "\n" for line in keep))
+    return dropped
+
+
+def last_logged_step(csv: Path) -> int:
+    """The largest step in a run's ``metrics.csv`` (0 when it is absent or empty)."""
+    import pandas as pd
+
+    if not Path(csv).exists():
+        return 0
+    try:
+        steps = pd.read_csv(csv)["step"]
+    except (ValueError, KeyError, pd.errors.ParserError) as exc:
+        raise ValueError(f"{csv}: not a metrics table with a 'step' column ({exc})") from None
+    return int(steps.max()) if len(steps) else 0
 
 
 # --------------------------------------------------------------------------------------
@@ -724,6 +909,8 @@ class GRPOTrainer:
         self.torch = torch
         self.cfg = cfg
         self.run_dir = Path(run_dir)
+        if resume and not self.run_dir.is_dir():
+            raise FileNotFoundError(f"cannot resume: run folder {self.run_dir} does not exist")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_dir = self.run_dir / "checkpoint"
         self.seeds = seed_stream(cfg.trainer.seed, "sampler", "eval")
@@ -753,10 +940,29 @@ class GRPOTrainer:
         self.sampler_gen = make_generator(self.policy.device, self.seeds["sampler"])
         self.step_count = 0
         if resume:
-            self.load_checkpoint()
+            self._resume()
         self._write_run_files()
+        # samples and metrics of steps after the checkpoint are written again by this run
+        truncate_jsonl(self.run_dir / "samples.jsonl", self.step_count)
         self.logger = RunLogger(self.run_dir, self.eval_name, cfg.eval.repeat_times,
                                 self.step_count if resume else None)
+
+    def _resume(self) -> None:
+        """Restore the newest complete checkpoint; with none yet, start again from step 0
+        (a kill before the first checkpoint), unless the run had logged past it."""
+        try:
+            self.load_checkpoint()
+            return
+        except NoCheckpointError:
+            pass
+        logged = last_logged_step(self.run_dir / "metrics.csv")
+        first_save = min(self.cfg.trainer.save_interval, self.cfg.trainer.steps)
+        if logged > first_save:
+            raise NoCheckpointError(
+                f"cannot resume: {self.run_dir / 'metrics.csv'} holds steps up to {logged} "
+                f"but {self.ckpt_dir} holds no complete checkpoint")
+        print(f"train-local: no checkpoint in {self.run_dir} yet (stopped before the first "
+              "one); starting from step 0", file=sys.stderr)
 
     # -- setup ---------------------------------------------------------------------------
     @property
@@ -797,8 +1003,7 @@ class GRPOTrainer:
         import yaml
 
         cfg = self.cfg.to_dict()
-        with open(self.run_dir / "config.yaml", "w") as f:
-            yaml.safe_dump(cfg, f, sort_keys=False)
+        atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))
         params = {
             "kind": "train-local",
             "selector": self.cfg.selector.name,
@@ -814,8 +1019,7 @@ class GRPOTrainer:
                              for k, v in TRINITY_TAGS.items()},
             "config": cfg,
         }
-        with open(self.run_dir / "params.json", "w") as f:
-            json.dump(params, f, indent=2)
+        atomic_write_text(self.run_dir / "params.json", json.dumps(params, indent=2))
 
     # -- one step ------------------------------------------------------------------------
     def _selected(self, batch_size: int) -> list[int]:
@@ -982,58 +1186,105 @@ class GRPOTrainer:
         if k <= 0:
             return
         n = self.cfg.rollout.repeat_times
+        lines = []
+        for j in range(min(k, len(comps))):
+            task = idx[j // n]
+            lines.append(json.dumps({
+                "step": step, "task_index": task,
+                "question": self.train_set[task]["question"],
+                "truth": self.train_truths[task], "response": comps[j].text,
+                "reward": float(rewards.reshape(-1)[j])}) + "\n")
+        # one append per step; a kill mid-write leaves a torn last line, and a resume
+        # drops it with every record after the checkpoint (truncate_jsonl)
         with open(self.run_dir / "samples.jsonl", "a") as f:
-            for j in range(min(k, len(comps))):
-                task = idx[j // n]
-                f.write(json.dumps({
-                    "step": step, "task_index": task,
-                    "question": self.train_set[task]["question"],
-                    "truth": self.train_truths[task], "response": comps[j].text,
-                    "reward": float(rewards.reshape(-1)[j])}) + "\n")
+            f.write("".join(lines))
 
     # -- checkpoints ---------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
-        """Save policy, optimiser, sampler state, selector state and the step count."""
+        """Save policy, optimiser, sampler state, selector state and the step count.
+
+        The new checkpoint is written to ``checkpoint.tmp`` (``trainer_state.json`` last,
+        each file flushed to disk) and swapped in by renames (:func:`_install_checkpoint`),
+        so a kill at any instant leaves a complete checkpoint for ``--resume``.
+        """
         torch = self.torch
-        tmp = self.run_dir / "checkpoint.tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
-        torch.save(self.policy.model.state_dict(), tmp / "policy.pt")
-        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save({"selector": self.selector.state_dict(),
-                    "sampler_rng": self.sampler_gen.get_state()}, tmp / "state.pt")
-        with open(tmp / "trainer_state.json", "w") as f:
+        tmp = self.run_dir / CHECKPOINT_TMP
+        if tmp.exists():  # a half-written one from a killed run
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+
+        def save(obj, name):
+            with open(tmp / name, "wb") as f:
+                torch.save(obj, f)
+                f.flush()
+                _fsync(f.fileno())
+
+        save(self.policy.model.state_dict(), "policy.pt")
+        save(self.optimizer.state_dict(), "optimizer.pt")
+        save({"selector": self.selector.state_dict(),
+              "sampler_rng": self.sampler_gen.get_state()}, "state.pt")
+        with open(tmp / CHECKPOINT_MARKER, "w") as f:  # last: marks the folder complete
             json.dump({"step": self.step_count, "selector": self.cfg.selector.name,
                        "seed": self.cfg.trainer.seed}, f)
-        if self.ckpt_dir.exists():  # replace the previous checkpoint only once complete
-            old = self.run_dir / "checkpoint.old"
-            self.ckpt_dir.rename(old)
-            tmp.rename(self.ckpt_dir)
-            for p in old.iterdir():
-                p.unlink()
-            old.rmdir()
-        else:
-            tmp.rename(self.ckpt_dir)
-        return self.ckpt_dir
+            f.flush()
+            _fsync(f.fileno())
+        _fsync_dir(tmp)
+        return _install_checkpoint(self.run_dir, tmp)
 
     def load_checkpoint(self) -> int:
-        """Restore everything :meth:`save_checkpoint` wrote; returns the restored step."""
+        """Restore everything :meth:`save_checkpoint` wrote; returns the restored step.
+
+        Leftovers of a kill are cleaned up first and the newest complete checkpoint is
+        used (:func:`recover_checkpoint`).
+
+        Raises:
+            NoCheckpointError: the run folder holds no complete checkpoint.
+            ValueError: the checkpoint belongs to another selector or seed, or cannot be
+                read; the message names the file.
+        """
         torch = self.torch
-        state_file = self.ckpt_dir / "trainer_state.json"
-        if not state_file.exists():
-            raise FileNotFoundError(f"cannot resume: no checkpoint in {self.ckpt_dir}")
+        step = recover_checkpoint(self.run_dir)
+        if step is None:
+            raise NoCheckpointError(f"cannot resume: no checkpoint in {self.ckpt_dir}")
+        state_file = self.ckpt_dir / CHECKPOINT_MARKER
         meta = json.loads(state_file.read_text())
-        if meta["selector"] != self.cfg.selector.name:
+        if meta.get("selector") != self.cfg.selector.name:
             raise ValueError(f"checkpoint {self.ckpt_dir} was written by selector "
-                             f"{meta['selector']!r}, not {self.cfg.selector.name!r}")
+                             f"{meta.get('selector')!r}, not {self.cfg.selector.name!r}")
+        if "seed" in meta and meta["seed"] != self.cfg.trainer.seed:
+            raise ValueError(f"checkpoint {self.ckpt_dir} was written with seed "
+                             f"{meta['seed']}, not {self.cfg.trainer.seed}")
         dev = self.policy.device
-        self.policy.model.load_state_dict(torch.load(self.ckpt_dir / "policy.pt",
-                                                     map_location=dev))
-        self.optimizer.load_state_dict(torch.load(self.ckpt_dir / "optimizer.pt",
-                                                  map_location=dev))
-        state = torch.load(self.ckpt_dir / "state.pt", weights_only=False)
-        self.selector.load_state_dict(state["selector"])
+
+        def load(name, map_location=dev, **kw):
+            try:
+                return torch.load(self.ckpt_dir / name, map_location=map_location, **kw)
+            except Exception as exc:  # a damaged file: name it, no traceback
+                raise ValueError(f"checkpoint file {self.ckpt_dir / name} cannot be read: "
+                                 f"{type(exc).__name__}: {exc}") from None
+
+        policy_state = load("policy.pt")
+        optimizer_state = load("optimizer.pt")
+        state = load("state.pt", map_location="cpu", weights_only=False)
+        try:
+            self.policy.model.load_state_dict(policy_state)
+            self.optimizer.load_state_dict(optimizer_state)
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise ValueError(f"checkpoint {self.ckpt_dir} does not fit this model: "
+                             f"{str(exc).splitlines()[0]}") from None
+        from mathagent.selectors import load_selector_state
+
+        try:  # the complete state, also for Trinity's difficulty_based (its posteriors)
+            complete = load_selector_state(getattr(self.selector, "selector", self.selector),
+                                           state["selector"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"checkpoint file {self.ckpt_dir / 'state.pt'}: {exc}") from None
+        if not complete:
+            print(f"train-local: {self.ckpt_dir / 'state.pt'} holds the selector's position "
+                  "only (written by an older version); its posteriors restart from the prior",
+                  file=sys.stderr)
         self.sampler_gen.set_state(state["sampler_rng"])
-        self.step_count = int(meta["step"])
+        self.step_count = int(step)
         return self.step_count
 
     # -- the loop ------------------------------------------------------------------------
@@ -1042,7 +1293,8 @@ class GRPOTrainer:
         from tqdm.auto import tqdm
 
         cfg = self.cfg
-        if self.step_count == 0 and cfg.eval.on_start and cfg.eval.interval:
+        if self.step_count == 0 and cfg.eval.on_start and cfg.eval.interval and \
+                not any(r.get("step") == 0 for r in self.logger.rows):  # not yet logged
             t0 = time.perf_counter()
             acc = self.evaluate()
             self.logger.log({"selector": cfg.selector.name, "seed": cfg.trainer.seed,
@@ -1212,7 +1464,12 @@ def train_local_command(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:  # taskset, selector, model or checkpoint problems
         print(f"train-local: {exc}", file=sys.stderr)
         return 2
-    rows = trainer.train(progress=not args.no_progress)
+    try:
+        rows = trainer.train(progress=not args.no_progress)
+    except OSError as exc:  # e.g. the disk filled up while writing a checkpoint
+        print(f"train-local: {exc}; the last complete checkpoint stays in {run_dir}, "
+              "resume with --resume", file=sys.stderr)
+        return 1
     last = rows[-1] if rows else {}
     print(f"run folder: {run_dir}")
     if last:

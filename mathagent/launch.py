@@ -32,8 +32,8 @@ launch machine. ``tune()`` itself imports vllm (through Trinity's explorer), whi
 real training cannot start on a CPU machine.
 
 ``python -m mathagent ray {start,stop,status}`` and :func:`local_ray_head` manage a local Ray
-head. Processes are stopped by the process group and ids recorded at start, never by name,
-so other Ray clusters on the same machine are left alone.
+head. Processes are stopped only by the ids and start times recorded at start (and their
+descendants), never by name or folder, so other Ray clusters on the same machine are left alone.
 """
 
 from __future__ import annotations
@@ -557,38 +557,98 @@ def find_ray(address: str | None = "auto") -> str | None:
 class RayHead:
     """A Ray head started by :func:`start_ray_head`: its address and the processes to stop.
 
-    ``pgid`` is the process group of the ``ray start`` call; Ray's daemons (GCS, raylet,
-    agents, workers) stay in it. ``temp_dir`` is the head's session root.
+    ``started`` holds ``[pid, create_time]`` of every process of the head when ``ray start``
+    returned (its process group and their descendants; ``create_time`` is psutil's start
+    time of the process). A process counts as this head's only while that pid still has that
+    start time, so a pid the kernel has given to another process since, a process that
+    merely mentions the session folder, or one that joined the recorded process group is
+    never signalled. Processes Ray starts later (workers, agents) are found as descendants
+    of recorded processes that pass this check. ``pgid`` (the group of the ``ray start``
+    call) is kept for reports only; ``temp_dir`` is the head's session root, removed on stop
+    when ``owns_temp_dir`` (a private folder :func:`start_ray_head` made).
     """
 
     address: str
     pgid: int
     temp_dir: str
     owns_temp_dir: bool = False
+    started: list[list[float]] = field(default_factory=list)
 
-    def processes(self) -> list[int]:
-        """Ids of the live processes of this head (same process group, or under its temp dir)."""
+    #: Prefix of the private session folders :func:`start_ray_head` makes; only such a
+    #: folder is ever removed (a record edited by hand cannot point the removal elsewhere).
+    TEMP_PREFIX = "mathagent-ray-"  # not a field: no annotation
+    #: Seconds two start times of one pid may differ by (psutil derives them from clock
+    #: ticks since boot, 10 ms; a reused pid starts later than that).
+    CREATE_TIME_TOLERANCE = 0.005
+
+    @staticmethod
+    def group_snapshot(pgid: int) -> list[list[float]]:
+        """``[pid, create_time]`` of the live processes of group ``pgid`` and their descendants.
+
+        Only meaningful while the caller knows the group is its own, e.g. while the group
+        leader is its child and not yet reaped (then no other process can have that pid,
+        and only processes of the leader's session, its descendants, can be in the group).
+        """
         import psutil
 
-        found = set()
-        for proc in psutil.process_iter(["pid", "cmdline"]):
+        found: dict[int, Any] = {}
+        for proc in psutil.process_iter():
             try:
-                if proc.pid == os.getpid():
-                    continue
-                if os.getpgid(proc.pid) == self.pgid:
-                    found.add(proc.pid)
-                    continue
-                cmd = " ".join(proc.info["cmdline"] or [])
-                if self.temp_dir and self.temp_dir in cmd:
-                    found.add(proc.pid)
-            except (psutil.Error, ProcessLookupError, PermissionError):
+                if proc.pid != os.getpid() and os.getpgid(proc.pid) == pgid:
+                    found[proc.pid] = proc
+            except (psutil.Error, OSError):
                 continue
-        for pid in list(found):  # children that left the group
+        for proc in list(found.values()):
             try:
-                found.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+                for child in proc.children(recursive=True):
+                    found.setdefault(child.pid, child)
             except psutil.Error:
                 continue
-        return sorted(found)
+        rows = []
+        for pid, proc in sorted(found.items()):
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    rows.append([pid, proc.create_time()])
+            except psutil.Error:
+                continue
+        return rows
+
+    def _verified(self) -> list[Any]:
+        """The recorded processes that are still the same processes (pid and start time)."""
+        import psutil
+
+        procs = []
+        for entry in self.started:
+            try:
+                pid, create_time = int(entry[0]), float(entry[1])
+                proc = psutil.Process(pid)
+                if (abs(proc.create_time() - create_time) <= self.CREATE_TIME_TOLERANCE
+                        and proc.status() != psutil.STATUS_ZOMBIE and pid != os.getpid()):
+                    procs.append(proc)
+            except (psutil.Error, TypeError, ValueError, IndexError):
+                continue
+        return procs
+
+    def _live(self) -> dict[int, Any]:
+        """``pid -> psutil.Process`` of the verified processes and their live descendants."""
+        import psutil
+
+        found = {p.pid: p for p in self._verified()}
+        for proc in list(found.values()):
+            try:
+                children = proc.children(recursive=True)
+            except psutil.Error:
+                continue
+            for child in children:
+                with contextlib.suppress(psutil.Error):
+                    if child.pid != os.getpid() and child.status() != psutil.STATUS_ZOMBIE:
+                        found.setdefault(child.pid, child)
+        return found
+
+    def processes(self) -> list[int]:
+        """Ids of the live processes of this head: recorded ones (same start time) and
+        their descendants."""
+        return sorted(self._live())
 
     def alive(self) -> bool:
         return bool(self.processes())
@@ -598,30 +658,45 @@ class RayHead:
         return cluster_resources(self.address, timeout)
 
     def stop(self, timeout: float = 10.0) -> list[int]:
-        """Terminate this head's processes (SIGTERM, then SIGKILL); return the ids stopped."""
+        """Terminate this head's processes (SIGTERM, then SIGKILL); return the ids stopped.
+
+        The whole tree is listed before the first signal (a worker whose raylet exits first
+        is no longer its descendant); psutil checks each pid's start time again right
+        before signalling it. Processes spawned during the shutdown are caught by a second
+        round. Then the private session folder is removed (:meth:`remove_temp_dir`).
+        """
         import psutil
 
-        pids = self.processes()
-        procs = []
-        for pid in pids:
-            try:
-                p = psutil.Process(pid)
-                p.terminate()
-                procs.append(p)
-            except psutil.Error:
-                continue
-        _, alive = psutil.wait_procs(procs, timeout=timeout)
-        for p in alive:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        psutil.wait_procs(alive, timeout=5)
-        if self.owns_temp_dir:
-            shutil.rmtree(self.temp_dir, ignore_errors=True)
-        return pids
+        stopped: set[int] = set()
+        for _ in range(3):
+            procs = list(self._live().values())
+            if not procs:
+                break
+            for proc in procs:
+                with contextlib.suppress(psutil.Error):
+                    proc.terminate()
+            stopped.update(p.pid for p in procs)
+            _, alive = psutil.wait_procs(procs, timeout=timeout)
+            for proc in alive:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            psutil.wait_procs(alive, timeout=5)
+        self.remove_temp_dir()
+        return sorted(stopped)
+
+    def remove_temp_dir(self) -> bool:
+        """Remove the private session folder (only one :func:`start_ray_head` made)."""
+        folder = Path(self.temp_dir) if self.temp_dir else None
+        if not (self.owns_temp_dir and folder and folder.name.startswith(self.TEMP_PREFIX)
+                and folder.is_dir()):
+            return False
+        shutil.rmtree(folder, ignore_errors=True)
+        return True
 
     def to_json(self) -> dict[str, Any]:
         return {"address": self.address, "pgid": self.pgid, "temp_dir": self.temp_dir,
-                "owns_temp_dir": self.owns_temp_dir}
+                "owns_temp_dir": self.owns_temp_dir, "started": self.started}
+
 
 
 def cluster_resources(address: str, timeout: float = 120.0) -> dict[str, float]:
@@ -665,10 +740,11 @@ def start_ray_head(num_cpus: int | None = 1, port: int | None = None, temp_dir: 
 
     A single-machine head without token authentication (see :func:`_ray_env`); for a
     cluster of several machines use ``ray start`` itself. ``temp_dir=None`` makes a private
-    session folder (removed on stop). Ray gives its raylet 30 s to
-    register; on a busy machine that can run out, so a failed start is cleaned up (every
-    process of its group stopped) and retried up to ``attempts`` times. Returns once the
-    head answers on its port.
+    session folder (removed on stop). The returned :class:`RayHead` records the ids and
+    start times of the head's processes, the only processes its ``stop()`` signals. Ray
+    gives its raylet 30 s to register; on a busy machine that can run out, so a failed
+    start is cleaned up (the processes that ``ray start`` left are stopped) and retried up
+    to ``attempts`` times. Returns once the head answers on its port.
     """
     errors = []
     for _ in range(max(1, attempts)):
@@ -686,9 +762,19 @@ def start_ray_head(num_cpus: int | None = 1, port: int | None = None, temp_dir: 
 def _start_ray_head_once(num_cpus: int | None, port: int | None, temp_dir: str | None,
                          object_store_memory: int | None, timeout: float,
                          num_gpus: int | None = None) -> RayHead:
+    """One ``ray start --head`` in a new session; record its processes before reaping it.
+
+    ``ray start`` runs in a session and process group of its own whose id is its pid, and
+    Ray's daemons stay in that group. Until ``ray start`` is reaped its pid cannot be
+    reused, so every process in that group is one it started: the group (and its
+    descendants) is recorded then, with start times (:meth:`RayHead.group_snapshot`), and
+    the group id is never used for signalling afterwards.
+    """
+    import threading
+
     port = port or _free_port()
     owns = temp_dir is None
-    temp_dir = temp_dir or tempfile.mkdtemp(prefix="mathagent-ray-", dir="/tmp")
+    temp_dir = temp_dir or tempfile.mkdtemp(prefix=RayHead.TEMP_PREFIX, dir="/tmp")
     cmd = [_ray_executable(), "start", "--head", "--include-dashboard=false", f"--port={port}",
            f"--temp-dir={temp_dir}", "--disable-usage-stats"]
     if num_cpus is not None:
@@ -697,19 +783,46 @@ def _start_ray_head_once(num_cpus: int | None, port: int | None, temp_dir: str |
         cmd.append(f"--num-gpus={num_gpus}")
     if object_store_memory:
         cmd.append(f"--object-store-memory={int(object_store_memory)}")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True, env=_ray_env())
     head = RayHead(address="", pgid=proc.pid, temp_dir=temp_dir, owns_temp_dir=owns)
+    chunks: list[bytes] = []
+
+    def read_output() -> None:
+        for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=read_output, daemon=True)
+    reader.start()
+    code = None
     try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+        deadline = time.monotonic() + timeout
+        while code is None and time.monotonic() < deadline:
+            # WNOWAIT: learn the exit status but leave `ray start` unreaped (its pid held)
+            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            if info is None:
+                time.sleep(0.1)
+            else:
+                code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+        if code is None:
+            proc.kill()  # our unreaped child: the pid is still ours
+        head.started = RayHead.group_snapshot(proc.pid)
+    except BaseException:  # Ctrl-C while starting: leave nothing behind
         proc.kill()
+        head.started = RayHead.group_snapshot(proc.pid)
+        proc.wait()
         head.stop()
-        raise RuntimeError(f"`{' '.join(cmd)}` did not finish within {timeout:.0f} s") from None
-    if proc.returncode != 0:
+        raise
+    proc.wait()
+    reader.join(timeout=5)
+    output = b"".join(chunks).decode("utf-8", errors="replace")
+    if code is None:
+        head.stop()
+        raise RuntimeError(f"`{' '.join(cmd)}` did not finish within {timeout:.0f} s")
+    if code != 0:
         head.stop()
         tail = "\n".join(output.strip().splitlines()[-3:])
-        raise RuntimeError(f"`{' '.join(cmd)}` failed (exit {proc.returncode}): {tail}")
+        raise RuntimeError(f"`{' '.join(cmd)}` failed (exit {code}): {tail}")
     address_file = Path(temp_dir) / "ray_current_cluster"
     head.address = (address_file.read_text().strip() if address_file.is_file()
                     else f"127.0.0.1:{port}")
@@ -717,6 +830,7 @@ def _start_ray_head_once(num_cpus: int | None, port: int | None, temp_dir: str |
     while not _tcp_open(head.address) and time.monotonic() < deadline:
         time.sleep(0.5)
     return head
+
 
 
 def _visible_gpus() -> int:
@@ -767,34 +881,68 @@ def ray_parser(parser: argparse.ArgumentParser) -> None:
                         help="GPUs the head offers (default: all it detects)")
     parser.add_argument("--port", type=int, default=None, help="GCS port (default: a free port)")
     parser.add_argument("--temp-dir", default=None,
-                        help="Ray session root; /tmp/ray makes `auto` find this head "
-                             "(default: a private folder removed on stop)")
+                        help="Ray session root, a folder for this head alone (default: a "
+                             "private folder under /tmp, removed on stop); not /tmp/ray, "
+                             "which every other Ray cluster on the machine uses. Pass "
+                             "cluster.ray_address=<the printed address> to `train`")
     parser.add_argument("--object-store-memory", type=int, default=None,
                         help="object store size in bytes (default: Ray's choice)")
     parser.add_argument("--state-file", type=Path, default=None,
-                        help="where the head's address and process group are recorded "
-                             "(default runs/ray/head.json)")
+                        help="where the head's address and the ids and start times of its "
+                             "processes are recorded; `stop` signals only those processes "
+                             "and their descendants (default runs/ray/head.json)")
 
 
 def ray_command(args: argparse.Namespace) -> int:
+    """``ray start|stop|status`` for the head recorded in the state file.
+
+    A record whose processes have all exited, or whose pids now belong to other processes
+    (different start time), is stale: it is reported and removed and nothing is signalled.
+    """
     state = args.state_file or ray_state_file()
-    recorded = RayHead(**json.loads(state.read_text())) if state.is_file() else None
+    recorded = None
+    if state.is_file():
+        try:
+            recorded = RayHead(**json.loads(state.read_text()))
+        except (ValueError, TypeError) as exc:
+            print(f"error: {state}: not a head record written by `python -m mathagent ray "
+                  f"start` ({type(exc).__name__}: {exc}); remove the file if no head started "
+                  "here is running", file=sys.stderr)
+            return 2
+        if not recorded.processes():
+            recorded.remove_temp_dir()
+            state.unlink(missing_ok=True)
+            print(f"{state}: the head recorded there ({recorded.address or 'no address'}) is "
+                  "not running (its processes have exited or their ids now belong to other "
+                  "processes); removed the stale record, stopped nothing", file=sys.stderr)
+            if args.action == "stop":
+                return 0
+            if args.action == "status":
+                return 1
+            recorded = None
     if args.action == "start":
-        if recorded and recorded.alive():
+        if recorded is not None:
             print(f"a head started here is already running at {recorded.address} "
-                  f"(stop it with `python -m mathagent ray stop`)", file=sys.stderr)
+                  f"(stop it with `python -m mathagent ray stop --state-file {state}`)",
+                  file=sys.stderr)
             return 1
         from tqdm.auto import tqdm
 
-        with tqdm(total=1, desc="starting Ray head", file=sys.stderr) as bar:
-            head = start_ray_head(num_cpus=args.num_cpus, num_gpus=args.num_gpus,
-                                  port=args.port, temp_dir=args.temp_dir,
-                                  object_store_memory=args.object_store_memory)
-            bar.update()
+        try:
+            with tqdm(total=1, desc="starting Ray head", file=sys.stderr) as bar:
+                head = start_ray_head(num_cpus=args.num_cpus, num_gpus=args.num_gpus,
+                                      port=args.port, temp_dir=args.temp_dir,
+                                      object_store_memory=args.object_store_memory)
+                bar.update()
+        except RuntimeError as exc:  # the processes of the failed start are stopped already
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            print("error: " + (lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"),
+                  file=sys.stderr)
+            return 1
         state.parent.mkdir(parents=True, exist_ok=True)
         state.write_text(json.dumps(head.to_json(), indent=2) + "\n")
-        print(f"Ray head running at {head.address} (process group {head.pgid}, "
-              f"{len(head.processes())} processes, session root {head.temp_dir})")
+        print(f"Ray head running at {head.address} ({len(head.started)} processes recorded "
+              f"in {state}, session root {head.temp_dir})")
         print(f"use it with: python -m mathagent train --config ... "
               f"cluster.ray_address={head.address}")
         return 0
@@ -804,24 +952,29 @@ def ray_command(args: argparse.Namespace) -> int:
         return 1
     if args.action == "stop":
         stopped = recorded.stop()
-        state.unlink()
         left = recorded.processes()
         print(f"stopped the Ray head at {recorded.address}: {len(stopped)} processes "
               f"({', '.join(map(str, stopped)) or 'none were running'})")
         if left:
-            print(f"still running: {left}", file=sys.stderr)
+            print(f"still running: {left} (the record {state} is kept; run `ray stop` again)",
+                  file=sys.stderr)
             return 1
+        state.unlink(missing_ok=True)
         return 0
     pids = recorded.processes()
-    if not pids:
-        print(f"the head recorded in {state} ({recorded.address}) is not running", file=sys.stderr)
+    try:
+        resources = recorded.resources()
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        print(f"error: the head recorded in {state} runs ({len(pids)} processes) but does "
+              f"not answer: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 1
-    resources = recorded.resources()
-    print(f"Ray head at {recorded.address}: {len(pids)} processes in group {recorded.pgid}")
+    print(f"Ray head at {recorded.address}: {len(pids)} processes started by `ray start` "
+          f"(session root {recorded.temp_dir})")
     for key in sorted(resources):
         if not key.startswith("node:"):
             print(f"  {key}: {resources[key]:g}")
     return 0
+
 
 
 # --------------------------------------------------------------------------------------
@@ -1644,6 +1797,29 @@ def _default_ray_address(args: argparse.Namespace) -> str | None:
 
 
 def train_command(args: argparse.Namespace) -> int:
+    """Load, preflight and (without ``--dry-run``) launch one Trinity-RFT run.
+
+    A ``train-local`` config (top-level ``taskset`` with ``rollout`` or ``selector`` and no
+    Trinity-RFT key) is refused first with one line naming the right command: Trinity's
+    loader would otherwise report its first unknown key, which does not say what is wrong.
+    """
+    import yaml
+
+    trinity_keys = {"mode", "project", "group", "name", "checkpoint_root_dir",
+                    "checkpoint_job_dir", "ray_namespace", "continue_from_checkpoint",
+                    "ignore_validator_suggestions", "data_processor", "cluster", "buffer",
+                    "explorer", "monitor", "synchronizer", "service", "log", "stages",
+                    TUNER_BLOCK}
+    top: Any = None
+    with contextlib.suppress(OSError, yaml.YAMLError):  # load_plan reports those
+        top = yaml.safe_load(Path(args.config).read_text())
+    if isinstance(top, dict) and "taskset" in top and {"rollout", "selector"} & set(top) \
+            and not trinity_keys & set(top):
+        sections = ", ".join(f"`{k}`" for k in ("taskset", "rollout", "selector") if k in top)
+        print(f"error: {args.config}: a `train-local` config (top-level {sections}), not a "
+              f"Trinity-RFT one; run it with `python -m mathagent train-local --config "
+              f"{args.config}`", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="mathagent-train-") as work:
         try:
             plan = load_plan(args.config, args.overrides, work_dir=Path(work) / "run",

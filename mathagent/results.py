@@ -352,16 +352,24 @@ def eval_label(table: pd.DataFrame) -> str:
 
 def draw(table: pd.DataFrame, out_dir: str | Path | None = None, baseline: str = "random",
          eval_name: str = "eval accuracy", smooth: int = 5, prefix: str = "",
-         title: str | None = None) -> dict[str, Any]:
+         title: str | None = None, force: bool = True) -> dict[str, Any]:
     """The results figures and metrics of a tidy table.
 
     Returns ``{"figures": {name: Figure}, "files": {name: Path}, "summary": DataFrame or
     None}``. The summary (ETR, TTB, BSF per selector) needs the ``baseline`` selector in
     the table; without it only ETR and accuracies are reported (``summary`` is None and
     ``"summary_error"`` says why). Figure files are named ``<prefix><figure>.png``.
+
+    ``out_dir`` is written as a whole: into a temporary folder beside it, swapped in at the
+    end, so a failure midway leaves an existing ``out_dir`` as it was
+    (:class:`mathagent.tasks.OutputError`). ``force=False`` keeps a non-empty ``out_dir``
+    (``OutputError`` before anything is written); the ``plot`` command passes ``--force``.
     """
     from mathagent import metrics, plots
+    from mathagent.tasks import check_output, rebase, staged_output
 
+    if out_dir is not None:
+        check_output(out_dir, force)
     figs = {"training_curves": plots.plot_training_curves(table, eval_label=eval_name,
                                                          smooth=smooth, title=title)}
     if table["effective_task_ratio"].notna().any():
@@ -373,13 +381,15 @@ def draw(table: pd.DataFrame, out_dir: str | Path | None = None, baseline: str =
         out["summary_error"] = str(exc)
     if out_dir is not None:
         out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for name, fig in figs.items():
-            out["files"][name] = plots.save_figure(fig, f"{prefix}{name}", out_dir)
-        table.to_csv(out_dir / "results.csv", index=False)
-        out["files"]["results"] = out_dir / "results.csv"
-        if out["summary"] is not None:
-            out["files"].update(metrics.write_metrics(table, out_dir, baseline=baseline))
+        files: dict[str, Path] = {}
+        with staged_output(out_dir) as tmp:
+            for name, fig in figs.items():
+                files[name] = plots.save_figure(fig, f"{prefix}{name}", tmp)
+            table.to_csv(tmp / "results.csv", index=False)
+            files["results"] = tmp / "results.csv"
+            if out["summary"] is not None:
+                files.update(metrics.write_metrics(table, tmp, baseline=baseline))
+        out["files"] = rebase(files, tmp, out_dir)
     return out
 
 
@@ -389,7 +399,9 @@ def plot_parser(parser: argparse.ArgumentParser) -> None:
                              "simulate outputs), folders of runs, or tidy CSV files")
     parser.add_argument("--out", type=Path, default=None,
                         help="where to write results.csv, figures and metrics "
-                             "(default runs/plots/<timestamp>)")
+                             f"(default {paths.runs_dir() / 'plots'}/<timestamp>)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing, non-empty --out folder")
     parser.add_argument("--eval-taskset", default=None,
                         help="eval taskset to plot when a run logged several")
     parser.add_argument("--baseline", default="random",
@@ -398,18 +410,36 @@ def plot_parser(parser: argparse.ArgumentParser) -> None:
                         help="moving-average window of the rollout curves (default 5)")
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    path, folder = path.resolve(), folder.resolve()
+    return path == folder or folder in path.parents
+
+
 def plot_command(args: argparse.Namespace) -> int:
     import matplotlib
 
+    from mathagent.tasks import OutputError, check_output, fresh_run_dir, has_content
+
     matplotlib.use("Agg")
     try:
+        if args.out is not None:
+            inputs = [r for r in args.runs if _inside(r, args.out)]
+            if inputs:  # replacing --out would delete the runs being read
+                raise OutputError(f"{args.out}: holds the input {inputs[0]}; choose an --out "
+                                  "outside the run folders")
+            check_output(args.out, args.force)  # before reading: fail fast
         table = load_runs(args.runs, eval_taskset=args.eval_taskset)
-    except RunError as exc:
+    except (RunError, OutputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    out_dir = args.out or paths.new_run_dir("plots")
-    drawn = draw(table, out_dir, baseline=args.baseline, eval_name=eval_label(table),
-                 smooth=args.smooth)
+    out_dir = args.out or fresh_run_dir("plots")
+    replaced = args.out is not None and has_content(out_dir)
+    try:
+        drawn = draw(table, out_dir, baseline=args.baseline, eval_name=eval_label(table),
+                     smooth=args.smooth, force=args.force or args.out is None)
+    except OutputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     counts = table.groupby("selector")["seed"].nunique()
     print(f"read {table['run'].nunique()} run(s): "
           + ", ".join(f"{s} ({n} seed{'s' if n > 1 else ''})" for s, n in counts.items()))
@@ -421,4 +451,6 @@ def plot_command(args: argparse.Namespace) -> int:
         print(f"no TTB/BSF: {drawn.get('summary_error')}")
     for name, file in drawn["files"].items():
         print(f"{name}: {file}")
+    if replaced:
+        print(f"replaced the previous contents of {out_dir} (--force)")
     return 0

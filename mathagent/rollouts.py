@@ -3,8 +3,10 @@
 **Batch runner** (:func:`run_tasks`, ``python -m mathagent run-agent``). Runs the workflow
 (:mod:`mathagent.agent`) and the judge (:mod:`mathagent.judge`) over many tasks against
 one OpenAI-compatible endpoint, at most ``concurrency`` rollouts at a time, each bounded
-by ``timeout`` seconds, with a progress bar. A crash, timeout or malformed reply in one
-rollout becomes reward 0 with the error recorded; the batch never aborts. The result is a
+by ``timeout`` seconds, with a progress bar. A rollout that fails (an endpoint error, a
+timeout, an exception in the agent or the judge) is recorded as *failed*: ``error`` says
+why and ``reward``/``accuracy`` are NaN, not 0, so a dead endpoint never passes for a model
+that answers wrong; the batch never aborts. The result is a
 tidy table with one row per (task, rollout): ``row, task_id, rollout, question, truth,
 response, extracted, reward, accuracy, latency_s, tokens, input_tokens, calls, model_s,
 error``: ``row`` is the task's position in its split, ``task_id`` the taskset's own id
@@ -21,7 +23,14 @@ table* of parquet chunks first, so
 
 * a rerun resumes: finished tasks are read back and skipped; a run killed at any moment
   loses only the chunk in flight (chunks are renamed into place atomically);
+* failed rollouts are kept as failed records and retried by the next run; the column is
+  written only once every rollout of every task has succeeded;
 * the numbers can be audited: the column is recomputed from the side table.
+
+One measurement writes a side table at a time (a ``filelock`` on ``<side table>/.lock``),
+and every read-modify-write of a split file or ``provenance.json`` holds the taskset's
+lock (``<taskset>/.write.lock``), so measurements of different columns of one taskset can
+run side by side without losing a column.
 
 The driver works in chunks of tasks through a *backend* with
 ``run_batch(tasks, n, seed) -> list[list[dict]]`` (for each task, ``n`` records with keys
@@ -48,6 +57,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import sys
 import time
 import uuid
@@ -119,10 +129,68 @@ def _error_text(exc: BaseException) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "..."
 
 
-def _failed_record(rollout: int, error: str, latency: float = math.nan) -> dict:
-    return {"rollout": rollout, "reward": 0.0, "accuracy": 0.0, "response": None,
+def _failed_record(rollout: int, error: str | None, latency: float = math.nan) -> dict:
+    """A record that has no reward (yet): NaN, never 0, so it cannot pass for a wrong reply."""
+    return {"rollout": rollout, "reward": math.nan, "accuracy": math.nan, "response": None,
             "extracted": None, "latency_s": latency, "tokens": None, "error": error,
             "input_tokens": None, "calls": 0, "model_s": 0.0}
+
+
+ENDPOINT_ERROR_PREFIX = "endpoint error: "
+TIMEOUT_PREFIX = "timeout after"
+
+# What a failed rollout's ``error`` says, grouped for the summary lines of the commands.
+FAILURE_KINDS = ("endpoint error", "timeout", "exception")
+
+
+def _is_endpoint_error(exc: BaseException) -> bool:
+    """True for errors of the HTTP client (openai / httpx), also when wrapped by the agent."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        module = type(exc).__module__ or ""
+        if module.split(".")[0] in ("openai", "httpx", "httpcore"):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def is_failed(error: Any, reward: Any = 0.0) -> bool:
+    """Whether a rollout record failed: an ``error`` text, or no finite reward."""
+    if isinstance(error, str) and error:
+        return True
+    try:
+        return not math.isfinite(float(reward))
+    except (TypeError, ValueError):
+        return True
+
+
+def failure_kind(error: Any) -> str:
+    """One of :data:`FAILURE_KINDS` for a failed record's ``error`` text."""
+    text = error if isinstance(error, str) else ""
+    if text.startswith(ENDPOINT_ERROR_PREFIX):
+        return "endpoint error"
+    if text.startswith(TIMEOUT_PREFIX):
+        return "timeout"
+    return "exception"
+
+
+def failure_counts(errors: Sequence[Any]) -> dict[str, int]:
+    """``{kind: count}`` over the ``error`` texts of failed records (kinds that occur)."""
+    counts = dict.fromkeys(FAILURE_KINDS, 0)
+    for e in errors:
+        counts[failure_kind(e)] += 1
+    return {k: v for k, v in counts.items() if v}
+
+
+def describe_failures(counts: dict[str, int]) -> str:
+    """``"10 endpoint errors, 2 timeouts"``."""
+    parts = []
+    for kind, count in counts.items():
+        plural = {"endpoint error": "endpoint errors", "timeout": "timeouts",
+                  "exception": "exceptions in the agent or judge"}[kind]
+        parts.append(f"{count} {plural if count != 1 else kind}")
+    return ", ".join(parts) if parts else "none"
 
 
 # --------------------------------------------------------------------------------------
@@ -133,7 +201,7 @@ def _failed_record(rollout: int, error: str, latency: float = math.nan) -> dict:
 async def _one_rollout(task: dict, rollout: int, model: Any, workflow: Callable,
                        judge: Callable, timeout: float, lenient: bool,
                        keep_response: bool) -> dict:
-    """Workflow + judge for one rollout; every failure becomes a reward-0 record."""
+    """Workflow + judge for one rollout; every failure becomes a failed record (NaN reward)."""
     from mathagent.agent import metered
     from mathagent.judge import extract_answer, response_text
 
@@ -152,9 +220,12 @@ async def _one_rollout(task: dict, rollout: int, model: Any, workflow: Callable,
             record["reward"] = reward
             record["accuracy"] = float(metrics.get("accuracy", reward))
         except TimeoutError:
-            record["error"] = f"timeout after {timeout:g} s"
+            record["error"] = f"{TIMEOUT_PREFIX} {timeout:g} s"
         except Exception as exc:  # the batch must survive anything one rollout does
-            record["error"] = _error_text(exc)
+            prefix = ENDPOINT_ERROR_PREFIX if _is_endpoint_error(exc) else ""
+            record["error"] = prefix + _error_text(exc)
+        if record["error"]:
+            record["reward"] = record["accuracy"] = math.nan
         if text is not None:
             record["extracted"] = extract_answer(text, lenient=lenient)
             record["response"] = text if keep_response else None
@@ -277,15 +348,23 @@ def run_tasks(tasks: Any, settings: ModelSettings, *, n: int = 1, seed: int = 0,
 
 
 def summarize(frame: pd.DataFrame) -> dict[str, Any]:
-    """Headline numbers of a runner table: accuracy, errors, latency, tokens."""
+    """Headline numbers of a runner table: accuracy, failures, latency, tokens.
+
+    ``accuracy`` and ``mean_reward`` are over the rollouts that ran (failed ones have no
+    reward); ``failed`` counts the others and ``failures`` splits them by kind.
+    """
     errors = frame["error"].fillna("")
-    timeouts = errors.str.startswith("timeout")
+    timeouts = errors.str.startswith(TIMEOUT_PREFIX)
+    failed = [is_failed(e, r) for e, r in zip(frame["error"], frame["reward"], strict=True)]
+    ok = ~np.asarray(failed, dtype=bool)
     return {
         "rollouts": int(len(frame)),
         "tasks": int(frame["row"].nunique()),
-        "accuracy": float(frame["accuracy"].mean()) if len(frame) else math.nan,
-        "mean_reward": float(frame["reward"].mean()) if len(frame) else math.nan,
+        "accuracy": float(frame["accuracy"][ok].mean()) if ok.any() else math.nan,
+        "mean_reward": float(frame["reward"][ok].mean()) if ok.any() else math.nan,
         "answered": float(frame["extracted"].notna().mean()) if len(frame) else math.nan,
+        "failed": int((~ok).sum()),
+        "failures": failure_counts(frame["error"][~ok].tolist()),
         "errors": int((errors != "").sum()),
         "timeouts": int(timeouts.sum()),
         "mean_latency_s": float(frame["latency_s"].mean()),
@@ -325,8 +404,8 @@ class EndpointBackend:
     """The workflow + judge against one OpenAI-compatible endpoint, a chunk at a time.
 
     ``run_batch`` runs every rollout of the chunk concurrently (``concurrency`` at most),
-    each bounded by ``timeout`` seconds; failures come back as reward-0 records with
-    ``error`` set. Seeds: one per rollout from ``(seed, row, rollout)``.
+    each bounded by ``timeout`` seconds; failures come back as failed records (``error``
+    set, NaN reward). Seeds: one per rollout from ``(seed, row, rollout)``.
     """
 
     name = "endpoint"
@@ -474,6 +553,9 @@ class MeasureResult:
 
     ``values`` (shape ``(tasks,)``) is the pass rate per task in row order, NaN for tasks
     not measured yet; ``complete`` says whether every task is done and the column written.
+    ``failed_rollouts`` counts the rollouts whose latest attempt failed (the next run
+    retries them; the column is not written while any remain) and ``failures`` splits
+    them by kind (:data:`FAILURE_KINDS`); ``total_rollouts`` is ``tasks * n``.
     """
 
     column: str
@@ -488,6 +570,14 @@ class MeasureResult:
     rollouts: int
     failed_rollouts: int
     seconds: float
+    failures: dict = None
+    total_rollouts: int = 0
+
+    def failure_message(self) -> str:
+        """The one line the command prints when rollouts failed."""
+        return (f"{self.failed_rollouts} of {self.total_rollouts} rollouts failed "
+                f"({describe_failures(self.failures or {})}); the column {self.column!r} was "
+                f"not written; rerun to retry them (side table {self.side_table})")
 
 
 def _fingerprint(frame: pd.DataFrame) -> str:
@@ -507,14 +597,30 @@ def default_rollouts_dir(taskset: Path, split: str, column: str) -> Path:
 
 
 def read_side_table(rollouts_dir: str | os.PathLike) -> pd.DataFrame:
-    """All rollout records written so far (one row per task and rollout, sorted)."""
+    """All rollout records written so far (one row per task and rollout, sorted).
+
+    Where a rollout was written more than once (a failed attempt, then a retry), the first
+    successful record wins; a rollout that never succeeded shows its latest failure.
+    """
     folder = Path(rollouts_dir)
     parts = sorted(folder.glob("part-*.parquet"))
     if not parts:
         return SIDE_SCHEMA.empty_table().to_pandas()
-    frame = pa.concat_tables([pq.read_table(p, schema=SIDE_SCHEMA) for p in parts]).to_pandas()
-    frame = frame.drop_duplicates(["row", "rollout"], keep="first")
-    return frame.sort_values(["row", "rollout"], kind="stable").reset_index(drop=True)
+    tables = [pq.read_table(p, schema=SIDE_SCHEMA) for p in parts]
+    frame = pa.concat_tables(tables).to_pandas()
+    order = np.concatenate([np.full(len(t), i) for i, t in enumerate(tables)])
+    failed = np.array([is_failed(e, r) for e, r in zip(frame["error"], frame["reward"],
+                                                       strict=True)], dtype=bool)
+    frame["_key"] = np.where(failed, len(tables) - order, -len(tables) + order - 1)
+    frame = frame.sort_values(["row", "rollout", "_key"], kind="stable")
+    frame = frame.drop_duplicates(["row", "rollout"], keep="first").drop(columns="_key")
+    return frame.reset_index(drop=True)
+
+
+def failed_mask(side: pd.DataFrame) -> np.ndarray:
+    """Which records of a side table failed (see :func:`is_failed`)."""
+    return np.array([is_failed(e, r) for e, r in zip(side["error"], side["reward"],
+                                                      strict=True)], dtype=bool)
 
 
 def _write_part(folder: Path, rows: list[dict]) -> Path:
@@ -529,39 +635,49 @@ def _write_part(folder: Path, rows: list[dict]) -> Path:
 
 @contextlib.contextmanager
 def _lock(folder: Path):
-    """One writer per side table: a pid file, taken over when its process is gone."""
-    lock = folder / ".lock"
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            break
-        except FileExistsError:
-            try:
-                pid = int(lock.read_text().strip() or 0)
-            except (OSError, ValueError):
-                pid = 0
-            alive = False
-            if pid > 0 and pid != os.getpid():
-                try:
-                    os.kill(pid, 0)
-                    alive = True
-                except ProcessLookupError:
-                    alive = False
-                except PermissionError:
-                    alive = True
-            if alive:
-                raise MeasureError(f"{folder}: another measurement (pid {pid}) is writing "
-                                   "this side table; wait for it or remove "
-                                   f"{lock} if that process is gone") from None
-            lock.unlink(missing_ok=True)
-    else:
-        raise MeasureError(f"{folder}: cannot take the lock {lock}")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(str(os.getpid()))
+    """One writer per side table: a ``filelock`` on ``folder/.lock``, never waited for.
+
+    The operating system drops the lock when its process dies (also on SIGKILL), so a
+    killed run leaves nothing to clean up.
+    """
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(folder / ".lock"), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise MeasureError(f"{folder}: another measurement is writing this side table "
+                           f"(it holds {folder / '.lock'}); wait for it to finish or pass "
+                           "another --rollouts-dir") from None
     try:
         yield
     finally:
-        lock.unlink(missing_ok=True)
+        lock.release()
+
+
+TASKSET_LOCK_NAME = ".write.lock"
+TASKSET_LOCK_TIMEOUT = 600.0
+
+
+@contextlib.contextmanager
+def _taskset_lock(taskset: Path):
+    """Serialise read-modify-writes of a taskset's files (split parquet, provenance.json).
+
+    Waits (up to :data:`TASKSET_LOCK_TIMEOUT` seconds) for another measurement's write.
+    """
+    from filelock import FileLock, Timeout
+
+    path = Path(taskset) / TASKSET_LOCK_NAME
+    lock = FileLock(str(path), timeout=TASKSET_LOCK_TIMEOUT)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise MeasureError(f"{path}: another process has held this taskset's write lock for "
+                           f"{TASKSET_LOCK_TIMEOUT:.0f} s; is a measurement stuck?") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _comparable(settings: dict) -> dict:
@@ -598,12 +714,13 @@ def _prepare_side_table(folder: Path, state: dict, restart: bool) -> None:
 def _pass_rates(side: pd.DataFrame, num_tasks: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-task mean accuracy over rollouts ``0..n-1`` and a mask of complete tasks.
 
+    Only successful records count: a task with a failed rollout is not done (it is rerun).
     Returns ``values`` (shape ``(num_tasks,)``, NaN where incomplete) and ``done`` (bool).
     """
     values = np.full(num_tasks, np.nan)
     done = np.zeros(num_tasks, dtype=bool)
     if len(side):
-        rows = side[(side["rollout"] >= 0) & (side["rollout"] < n)]
+        rows = side[(side["rollout"] >= 0) & (side["rollout"] < n) & ~failed_mask(side)]
         grouped = rows.groupby("row")["accuracy"].agg(["mean", "count"])
         grouped = grouped[(grouped.index >= 0) & (grouped.index < num_tasks)]
         full = grouped[grouped["count"] == n]
@@ -613,29 +730,43 @@ def _pass_rates(side: pd.DataFrame, num_tasks: int, n: int) -> tuple[np.ndarray,
 
 
 def _write_column(file: Path, column: str, values: np.ndarray) -> None:
-    """Put ``values`` into ``column`` of the split file (replaced atomically), validated."""
+    """Put ``values`` into ``column`` of the split file (replaced atomically), validated.
+
+    The read-modify-write holds the taskset's lock, so two measurements writing different
+    columns of one split both keep their column.
+    """
     from mathagent.tasks import validate_taskset
 
-    table = pq.read_table(file)
-    array = pa.array(values.astype(np.float64), type=pa.float64())
-    if column in table.column_names:
-        table = table.set_column(table.column_names.index(column), column, array)
-    else:
-        table = table.append_column(column, array)
-    validate_taskset(table, [column], source=file)
-    tmp = file.with_name(f".tmp-{file.name}")
-    pq.write_table(table.replace_schema_metadata(None), tmp, compression="zstd")
-    os.replace(tmp, file)
+    file = Path(file)
+    with _taskset_lock(file.parent):
+        table = pq.read_table(file)
+        array = pa.array(values.astype(np.float64), type=pa.float64())
+        if column in table.column_names:
+            table = table.set_column(table.column_names.index(column), column, array)
+        else:
+            table = table.append_column(column, array)
+        validate_taskset(table, [column], source=file)
+        tmp = file.with_name(f".tmp-{uuid.uuid4().hex[:8]}-{file.name}")
+        try:
+            pq.write_table(table.replace_schema_metadata(None), tmp, compression="zstd")
+            os.replace(tmp, file)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def _update_provenance(taskset: Path, column: str, split: str, record: dict) -> None:
     """Record the measurement under ``measurements[column][split]`` in provenance.json."""
+    taskset = Path(taskset)
     file = taskset / "provenance.json"
-    prov = json.loads(file.read_text()) if file.exists() else {}
-    prov.setdefault("measurements", {}).setdefault(column, {})[split] = record
-    tmp = file.with_name(".tmp-provenance.json")
-    tmp.write_text(json.dumps(prov, indent=2, default=str) + "\n")
-    os.replace(tmp, file)
+    with _taskset_lock(taskset):
+        prov = json.loads(file.read_text()) if file.exists() else {}
+        prov.setdefault("measurements", {}).setdefault(column, {})[split] = record
+        tmp = file.with_name(f".tmp-{uuid.uuid4().hex[:8]}-provenance.json")
+        try:
+            tmp.write_text(json.dumps(prov, indent=2, default=str) + "\n")
+            os.replace(tmp, file)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def check_measurement(taskset: Path, column: str, split: str, rollouts_dir: Path,
@@ -729,7 +860,10 @@ def measure_pass_rates(taskset: str | os.PathLike, column: str, backend: Any, *,
                         row["row"] = row_number
                         if not keep_responses:
                             row["response"] = None
-                        failed += bool(row["error"])
+                        if is_failed(row["error"], row["reward"]):
+                            failed += 1
+                            row["reward"] = row["accuracy"] = math.nan
+                            row["error"] = row["error"] or "the backend returned no reward"
                         rows.append(row)
                 _write_part(folder, rows)
                 if not per_rollout:
@@ -743,8 +877,10 @@ def measure_pass_rates(taskset: str | os.PathLike, column: str, backend: Any, *,
         side = read_side_table(folder)
         values, done = _pass_rates(side, len(frame), n)
         complete = bool(done.all())
-        errors = side.loc[side["rollout"] < n, "error"].fillna("")
-        failed_total = int(errors.ne("").sum())
+        in_range = ((side["rollout"] >= 0) & (side["rollout"] < n) & (side["row"] >= 0)
+                    & (side["row"] < len(frame))).to_numpy()
+        failed_errors = side.loc[in_range & failed_mask(side), "error"].tolist()
+        failed_total = len(failed_errors)
         if complete:
             _write_column(file, column, values)
             _update_provenance(taskset, column, split, {
@@ -752,7 +888,7 @@ def measure_pass_rates(taskset: str | os.PathLike, column: str, backend: Any, *,
                 "n": int(n), "seed": int(seed), "settings": state["backend"],
                 "tasks": int(len(frame)), "rollouts": int(len(frame) * n),
                 "failed_rollouts": failed_total,
-                "timeouts": int(errors.str.startswith("timeout").sum()),
+                "timeouts": sum(failure_kind(e) == "timeout" for e in failed_errors),
                 "mean_pass_rate": float(np.mean(values)),
                 "side_table": str(folder.resolve()),
                 "finished": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -762,7 +898,9 @@ def measure_pass_rates(taskset: str | os.PathLike, column: str, backend: Any, *,
                          side_table=folder, taskset_file=file, tasks=int(len(frame)),
                          measured_this_run=int(len(todo)), resumed=resumed,
                          rollouts=int(len(side)), failed_rollouts=failed_total,
-                         seconds=time.perf_counter() - started)
+                         seconds=time.perf_counter() - started,
+                         failures=failure_counts(failed_errors),
+                         total_rollouts=int(len(frame) * n))
 
 
 # --------------------------------------------------------------------------------------
@@ -840,20 +978,47 @@ def _base_urls(args: argparse.Namespace) -> list[str]:
 
 @contextlib.contextmanager
 def _endpoints(args: argparse.Namespace) -> Iterator[list[ModelSettings]]:
-    """The endpoints of a command: those given (checked), else one local server."""
-    from mathagent.serving import LocalServer, check_endpoint
+    """The endpoints of a command: those given (checked), else one local server.
+
+    A given endpoint must answer ``GET /models`` and list the model the command will ask
+    for (``--model``, else ``$MATHAGENT_MODEL``, else the bundled model's name); otherwise
+    every rollout would fail, so :class:`~mathagent.serving.EndpointError` says which ids
+    it serves instead.
+    """
+    from mathagent.serving import BUNDLED_ALIAS, ENV_MODEL, EndpointError, LocalServer
 
     urls = _base_urls(args)
     if urls:
         settings = [_settings_from_args(args, url) for url in urls]
         for s in settings:
-            check_endpoint(s)
+            check_served_model(s, "--model" if args.model else ENV_MODEL
+                               if os.environ.get(ENV_MODEL) else "--model (default)")
         yield settings
         return
+    if args.model and args.model != BUNDLED_ALIAS:
+        raise EndpointError(f"--model {args.model!r}: the bundled model server serves only "
+                            f"{BUNDLED_ALIAS!r}; pass --base-url for an endpoint serving "
+                            f"{args.model!r}, or drop --model")
     with LocalServer(n_ctx=args.n_ctx) as server:
         print(f"started the bundled model at {server.base_url}", file=sys.stderr)
         base = _settings_from_args(args, server.base_url)
         yield [replace(base, model=server.model_alias)]
+
+
+def check_served_model(settings: ModelSettings, setting: str = "--model") -> list[str]:
+    """``GET {base_url}/models`` and check that ``settings.model`` is among the served ids.
+
+    Returns the served ids; raises :class:`~mathagent.serving.EndpointError` (naming
+    ``setting``, where the model name came from) when the endpoint is unreachable or does
+    not serve that model. An endpoint that lists no models at all is not second-guessed.
+    """
+    from mathagent.serving import EndpointError, check_endpoint
+
+    served = check_endpoint(settings)
+    if served and settings.model not in served:
+        raise EndpointError(f"{setting} {settings.model!r}: the endpoint {settings.base_url} "
+                            f"does not serve it; it serves: {', '.join(served)}")
+    return served
 
 
 def _default_concurrency(args: argparse.Namespace) -> int:
@@ -876,23 +1041,82 @@ def run_agent_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, default=1,
                         help="rollouts per task (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="results CSV (default: runs/agent/<timestamp>/results.csv)")
+                        help="results CSV; params.json goes beside it (default: "
+                             "runs/agent/<timestamp>/results.csv)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the results of an earlier run in the --out folder")
     _add_endpoint_args(parser, temperature=0.0, several=False)
 
 
+def _default_out() -> Path:
+    """``runs/agent/<timestamp>/results.csv`` in a folder no other run has used."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = paths.runs_dir() / "agent"
+    folder, k = base / stamp, 1
+    while folder.exists() and any(folder.iterdir()):
+        folder, k = base / f"{stamp}-{k}", k + 1
+    return folder / "results.csv"
+
+
+def _existing_outputs(out: Path) -> list[Path]:
+    return [p for p in (out, out.parent / "params.json") if p.exists()]
+
+
+def write_outputs(out: Path, files: dict[str, str]) -> None:
+    """Write ``files`` (name -> text) into ``out.parent`` as one swap.
+
+    Everything is written into a temporary folder beside it first. When ``out.parent``
+    holds nothing but these files (a run folder), the folder is swapped in whole: the old
+    one is renamed aside, the new one renamed into place, the old one deleted; a failure
+    before the swap leaves the old output as it was. In a folder holding other files too
+    (``--out results.csv`` in a project folder), each file is renamed over its old version.
+    """
+    from mathagent.tasks import swap_in
+
+    folder = out.parent
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tag = uuid.uuid4().hex[:8]
+    tmp = folder.parent / f".{folder.name}.tmp-{tag}"
+    tmp.mkdir()
+    try:
+        for name, text in files.items():
+            (tmp / name).write_text(text)
+        own = folder.is_dir() and {p.name for p in folder.iterdir()} <= set(files)
+        if not folder.exists() or own:
+            swap_in(tmp, folder)
+        else:
+            for name in files:
+                os.replace(tmp / name, folder / name)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def run_agent_command(args: argparse.Namespace) -> int:
-    """Run the agent and judge over tasks; write results.csv + params.json; print a summary."""
+    """Run the agent and judge over tasks; write results.csv + params.json; print a summary.
+
+    Exit codes: 0 when every rollout ran, 1 when some failed (they are in results.csv with
+    their error and no reward), 2 for a usage error, 130 on Ctrl-C (nothing written).
+    """
     from mathagent.serving import EndpointError, ServerStartError
     from mathagent.tasks import TasksetError, read_split
 
+    if args.limit < 0:
+        return _fail(f"--limit {args.limit}: must be >= 0 (N runs the first N tasks of the "
+                     "split, 0 runs all of them)")
+    if args.n < 1:
+        return _fail(f"--n {args.n}: must be >= 1 (rollouts per task)")
+    out = args.out or _default_out()
+    existing = _existing_outputs(out)
+    if existing and not args.force:
+        return _fail(f"{existing[0]} exists already (an earlier run's output); pass --force "
+                     "to replace it or choose another --out")
     try:
         frame = read_split(args.taskset, args.split)
     except TasksetError as exc:
         return _fail(str(exc))
     if args.limit:
         frame = frame.iloc[:args.limit]
-    out = args.out or paths.new_run_dir("agent") / "results.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
     try:
         options = _agent_options(args)
         with _endpoints(args) as endpoints:
@@ -902,19 +1126,32 @@ def run_agent_command(args: argparse.Namespace) -> int:
                               timeout=args.timeout, keep_response=not args.no_responses)
     except (EndpointError, ServerStartError, ValueError) as exc:
         return _fail(str(exc))
-    table.to_csv(out, index=False)
+    except KeyboardInterrupt:
+        print(f"interrupted: nothing was written to {out.parent}; rerun to start over",
+              file=sys.stderr)
+        return 130
     summary = summarize(table)
     params = {"taskset": str(args.taskset), "split": args.split, "limit": args.limit,
               "n": args.n, "seed": args.seed, "model": settings.describe(),
               "agent": options.describe(), "lenient": args.lenient,
               "concurrency": _default_concurrency(args), "timeout": args.timeout,
               "summary": summary}
-    (out.parent / "params.json").write_text(json.dumps(params, indent=2, default=str) + "\n")
-    print(f"accuracy {summary['accuracy']:.3f} over {summary['rollouts']} rollouts "
-          f"({summary['tasks']} tasks); answered {summary['answered']:.0%}; "
-          f"errors {summary['errors']} (timeouts {summary['timeouts']}); "
+    try:
+        write_outputs(out, {out.name: table.to_csv(index=False),
+                            "params.json": json.dumps(params, indent=2, default=str) + "\n"})
+    except OSError as exc:
+        return _fail(f"cannot write the results to {out.parent}: {exc}; an earlier output "
+                     "there is unchanged")
+    print(f"accuracy {summary['accuracy']:.3f} over {summary['rollouts'] - summary['failed']} "
+          f"rollouts that ran ({summary['tasks']} tasks); answered {summary['answered']:.0%}; "
+          f"failed {summary['failed']} (timeouts {summary['timeouts']}); "
           f"mean latency {summary['mean_latency_s']:.2f} s")
     print(f"results: {out}")
+    if summary["failed"]:
+        print(f"error: {summary['failed']} of {summary['rollouts']} rollouts failed "
+              f"({describe_failures(summary['failures'])}); their rows in {out} have the "
+              "error and no reward, and the accuracy above leaves them out", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -959,19 +1196,44 @@ def _hf_backend(args: argparse.Namespace):
                      max_new_tokens=args.max_tokens, lenient=True)
 
 
+def _progress_line(folder: Path, args: argparse.Namespace) -> str:
+    """Where an interrupted measurement left its progress, and how to go on."""
+    from mathagent.tasks import read_split
+
+    try:
+        total = len(read_split(args.taskset, args.split))
+        _, done = _pass_rates(read_side_table(folder), total, args.n)
+        progress = f"{int(done.sum())} of {total} tasks done"
+    except Exception:  # reporting must not fail the exit; the side table is intact anyway
+        progress = "finished chunks are kept"
+    return (f"interrupted: progress saved in {folder} ({progress}); rerun the same command "
+            "to resume")
+
+
 def measure_pass_rates_command(args: argparse.Namespace) -> int:
-    """Measure pass rates into a feature column; resumable; see :func:`measure_pass_rates`."""
+    """Measure pass rates into a feature column; resumable; see :func:`measure_pass_rates`.
+
+    Exit codes: 0 when the column was written (or a ``--max-tasks`` run ended cleanly),
+    1 when rollouts failed (the column is not written; a rerun retries them), 2 for a
+    usage error, 130 on Ctrl-C (progress is kept; a rerun resumes).
+    """
     import functools
 
     from mathagent.serving import EndpointError, ServerStartError
     from mathagent.tasks import TasksetError
 
+    if args.n < 1:
+        return _fail(f"--n {args.n}: must be >= 1 (rollouts per task)")
+    if args.chunk_size is not None and args.chunk_size < 1:
+        return _fail(f"--chunk-size {args.chunk_size}: must be >= 1")
+    if args.max_tasks is not None and args.max_tasks < 1:
+        return _fail(f"--max-tasks {args.max_tasks}: must be >= 1 (leave it out for all tasks)")
     common = {"split": args.split, "n": args.n, "seed": args.seed,
               "rollouts_dir": args.rollouts_dir, "keep_responses": not args.no_responses,
               "overwrite": args.overwrite, "restart": args.restart, "max_tasks": args.max_tasks}
     fanout = None
+    folder = args.rollouts_dir or default_rollouts_dir(args.taskset, args.split, args.column)
     try:
-        folder = args.rollouts_dir or default_rollouts_dir(args.taskset, args.split, args.column)
         check_measurement(args.taskset, args.column, args.split, folder, args.overwrite)
         if args.backend == "hf":
             result = measure_pass_rates(args.taskset, args.column, _hf_backend(args),
@@ -992,13 +1254,20 @@ def measure_pass_rates_command(args: argparse.Namespace) -> int:
                                             chunk_size=args.chunk_size or 8, **common)
     except (EndpointError, ServerStartError, TasksetError, MeasureError, ValueError) as exc:
         return _fail(str(exc))
+    except KeyboardInterrupt:
+        print(_progress_line(Path(folder), args), file=sys.stderr)
+        return 130
     finally:
         if fanout is not None:
-            fanout.shutdown()
+            with contextlib.suppress(Exception):
+                fanout.shutdown()
     state = "written to" if result.complete else "not yet written to"
     print(f"{result.column}: {int(np.isfinite(result.values).sum())}/{result.tasks} tasks "
           f"measured ({result.resumed} resumed, {result.measured_this_run} this run), "
           f"{result.failed_rollouts} failed rollouts; column {state} {result.taskset_file}")
+    if result.failed_rollouts:
+        print(f"error: {result.failure_message()}", file=sys.stderr)
+        return 1
     if result.complete:
         print(f"mean pass rate {np.mean(result.values):.3f}; side table {result.side_table}")
     return 0

@@ -43,9 +43,11 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import errno
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -197,6 +199,77 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def port_in_use(host: str, port: int) -> bool:
+    """Whether another socket holds ``host:port``, i.e. the server could not bind there.
+
+    Binds a test socket with ``SO_REUSEADDR`` as uvicorn does, so connections of an earlier
+    server that linger in TIME_WAIT do not count, while a listener (also one on 0.0.0.0)
+    does. Other bind errors (an address not of this machine) return False and are left to
+    the server to report.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, int(port)))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
+def port_in_use_message(host: str, port: int) -> str:
+    """The one-line error for a busy ``--port``."""
+    return f"port {port} on {host} is in use by another process; choose another --port"
+
+
+# Temporary server logs. A log without ``log_path`` lives in a folder of this user's under
+# the temp dir and is named after the process that started the server (its pid and start
+# time). ``stop()`` deletes it; when that never runs (the owner was SIGKILLed, or died
+# before its atexit hook) the next start of any server of this package finds the log's
+# owner gone and deletes it. Logs of owners that still run are left alone.
+_LOG_NAME = re.compile(r"^server-(\d+)-(\d+\.\d+)-.*\.log$")
+
+
+def temporary_log_dir() -> Path:
+    """``$TMPDIR/mathagent-llama-<uid>``: where servers started without ``log_path`` log."""
+    folder = Path(tempfile.gettempdir()) / f"mathagent-llama-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+def _owner_prefix() -> str:
+    import psutil
+
+    return f"server-{os.getpid()}-{psutil.Process().create_time():.2f}-"
+
+
+def remove_stale_logs(folder: str | os.PathLike | None = None) -> list[Path]:
+    """Delete the temporary server logs whose owner process has exited; return their paths.
+
+    The owner is the process that started the server, recognised by pid and start time
+    (a pid reused by another process does not keep a log alive). Only files named the way
+    :meth:`LocalServer.start` names them are considered.
+    """
+    import psutil
+
+    removed = []
+    for path in sorted(Path(folder or temporary_log_dir()).glob("server-*.log")):
+        match = _LOG_NAME.match(path.name)
+        if not match:
+            continue
+        pid, started = int(match[1]), float(match[2])
+        try:
+            alive = abs(psutil.Process(pid).create_time() - started) < 0.011
+        except psutil.NoSuchProcess:
+            alive = False
+        except psutil.Error:  # cannot tell: keep it
+            alive = True
+        if not alive:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
 # The server process: ask the kernel to SIGTERM it when the process that started it dies
 # (so a killed notebook kernel or test run leaves no server behind), optionally switch off
 # llama.cpp's extra weight buffers and its reuse of the previous request's prompt, then run
@@ -241,6 +314,11 @@ class LocalServer:
     dies. The parent-death signal follows the *thread* that started the server, so start it
     from a long-lived thread (the main thread of a script, test or notebook kernel).
 
+    A ``port`` given that another process holds fails at once with one line
+    (:func:`port_in_use_message`), and the server counts as up only once its own process
+    listens on the port (not when some other server there answers). Without ``log_path``
+    the log is a temporary file (see :func:`remove_stale_logs`) deleted on stop.
+
     ``n_threads`` defaults to llama.cpp's choice (half the CPU cores); ``n_ctx`` is the
     context length in tokens (prompt + reply); ``chat_format`` see the module docstring.
     ``extra_buffers`` (off by default) lets llama.cpp repack weights into its extra buffer
@@ -278,6 +356,7 @@ class LocalServer:
         self.python = python
         self.process: subprocess.Popen | None = None
         self._log_file = None
+        self._log_offset = 0
         self._owns_log = False
 
     # -- state --------------------------------------------------------------------------
@@ -309,6 +388,24 @@ class LocalServer:
             args += ["--n_threads", str(self.n_threads)]
         return args + list(self.extra_args)
 
+    def check_port(self) -> None:
+        """Raise :class:`ServerStartError` (one line) when the chosen port is taken."""
+        if self.port is not None and port_in_use(self.host, self.port):
+            raise ServerStartError(port_in_use_message(self.host, self.port))
+
+    def _listens_on_port(self) -> bool:
+        """Whether the server process itself listens on ``self.port``."""
+        import psutil
+
+        try:
+            conns = psutil.Process(self.process.pid).net_connections(kind="inet")
+        except psutil.AccessDenied:  # cannot check here: trust the answer
+            return True
+        except psutil.Error:
+            return False
+        return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == self.port
+                   for c in conns)
+
     def log_tail(self, lines: int = 25) -> str:
         """The last ``lines`` lines of the server log (for error messages)."""
         if not self.log_path or not self.log_path.exists():
@@ -322,6 +419,7 @@ class LocalServer:
         """Start the server and block until it answers; raise :class:`ServerStartError`."""
         if self.running:
             return self
+        self.check_port()
         model = self.model_path or bundled_gguf()
         if not Path(model).is_file():
             raise ServerStartError(f"model file {model} does not exist")
@@ -331,10 +429,13 @@ class LocalServer:
         if self.port is None:
             self.port = free_port(self.host)
         if self.log_path is None:
-            fd, name = tempfile.mkstemp(prefix="mathagent-llama-", suffix=".log")
+            folder = temporary_log_dir()
+            remove_stale_logs(folder)
+            fd, name = tempfile.mkstemp(prefix=_owner_prefix(), suffix=".log", dir=folder)
             os.close(fd)
             self.log_path, self._owns_log = Path(name), True
         self._log_file = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop())
+        self._log_offset = self._log_file.tell()  # a kept log may hold earlier runs
         launcher = [self.python, "-c", _LAUNCHER, str(os.getpid()),
                     "on" if self.extra_buffers else "off",
                     "on" if self.prompt_reuse else "off", *self.command()[3:]]
@@ -355,14 +456,19 @@ class LocalServer:
         while True:
             code = self.process.poll()
             if code is not None:
+                with open(self.log_path, "rb") as fh:
+                    fh.seek(self._log_offset)
+                    this_run = fh.read().decode("utf-8", errors="replace")
+                if "address already in use" in this_run.lower():  # taken since check_port()
+                    raise ServerStartError(port_in_use_message(self.host, self.port))
                 raise ServerStartError(
                     f"the model server exited with code {code} before answering on "
                     f"{self.base_url}; command: {' '.join(self.command())}\n"
                     f"--- end of {self.log_path} ---\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(url, timeout=2.0) as reply:
-                    if reply.status == 200:
-                        break
+                    if reply.status == 200 and self._listens_on_port():
+                        break  # (another server on the port would answer too)
             except (urllib.error.URLError, OSError, TimeoutError):
                 pass
             if time.monotonic() > deadline:
@@ -478,7 +584,8 @@ def serve_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--startup-timeout", type=float, default=120.0,
                         help="seconds to wait for the server (default: %(default)s)")
     parser.add_argument("--log", type=Path, default=None,
-                        help="server log file (default: a temporary file)")
+                        help="server log file, kept (default: a temporary file, deleted when "
+                             "the server stops, or at the next start if serve was killed)")
     parser.add_argument("--prompt-reuse", action="store_true",
                         help="reuse the previous prompt's KV cache (faster, but replies then "
                              "depend on request order)")
@@ -500,6 +607,7 @@ def serve_command(args: argparse.Namespace) -> int:
                          startup_timeout=args.startup_timeout, log_path=args.log,
                          extra_buffers=args.extra_buffers, prompt_reuse=args.prompt_reuse)
     try:
+        server.check_port()  # before the progress bar: a busy port is one line, at once
         with tqdm(total=1, desc="starting model server", bar_format="{desc}: {elapsed}") as bar:
             server.start()
             bar.update()

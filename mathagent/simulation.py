@@ -628,12 +628,28 @@ def heatmap_table(summary: pd.DataFrame, selectors: pd.DataFrame,
 
 
 def write_sweep(result: SweepResult, out_dir: str | Path, figures: bool = True,
-                baseline: str = "random") -> dict[str, Path]:
-    """Write tables (CSV), the metrics summary, ``params.json`` and figures to ``out_dir``."""
-    from mathagent import metrics
+                baseline: str = "random", force: bool = True) -> dict[str, Path]:
+    """Write tables (CSV), the metrics summary, ``params.json`` and figures to ``out_dir``.
+
+    Everything is written into a temporary folder beside ``out_dir`` and swapped in at the
+    end, so a failure midway leaves an existing ``out_dir`` as it was
+    (:class:`~mathagent.tasks.OutputError`). ``force=False`` keeps a non-empty ``out_dir``
+    (``OutputError`` before anything is written); the library default replaces it, the
+    ``simulate`` command passes its ``--force``.
+    """
+    from mathagent.tasks import check_output, rebase, staged_output
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    check_output(out, force)
+    with staged_output(out) as tmp:
+        files = _write_sweep_files(result, tmp, figures, baseline)
+    return rebase(files, tmp, out)
+
+
+def _write_sweep_files(result: SweepResult, out: Path, figures: bool,
+                       baseline: str) -> dict[str, Path]:
+    from mathagent import metrics
+
     files = {
         "steps": out / "steps.csv",
         "posteriors": out / "posteriors.csv",
@@ -721,11 +737,13 @@ def simulate_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None,
                         help="processes running selectors side by side (default: CPU count)")
     parser.add_argument("--out", type=Path, help="run folder (default runs/simulate/<time>)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing, non-empty --out folder")
     parser.add_argument("--no-figures", action="store_true", help="write tables only")
 
 
 def simulate_command(args: argparse.Namespace) -> int:
-    from mathagent import paths
+    from mathagent.tasks import OutputError, check_output, fresh_run_dir, has_content
 
     overrides = {k: v for k, v in {
         "n_seeds": args.seeds, "steps": args.steps, "n_tasks": args.tasks,
@@ -746,18 +764,26 @@ def simulate_command(args: argparse.Namespace) -> int:
                 raise ValueError(f"unknown sweep entries {unknown}; choose from {list(known)}")
             specs = [known[lab] for lab in args.selectors]
         check_specs(specs, config)
-    except ValueError as exc:
+        if args.out is not None:  # before the sweep: an existing run is kept unless --force
+            check_output(args.out, args.force)
+    except ValueError as exc:  # OutputError is a ValueError
         print(f"simulate: {exc}", file=sys.stderr)
         return 2
-    out = args.out or paths.new_run_dir("simulate")
+    out = args.out or fresh_run_dir("simulate")
+    replaced = args.out is not None and has_content(out)
     result = run_sweep(config, specs, workers=args.workers)
-    files = write_sweep(result, out, figures=not args.no_figures,
-                        baseline="random" if "random" in {s.label for s in specs}
-                        else specs[0].label)
+    try:
+        files = write_sweep(result, out, figures=not args.no_figures,
+                            baseline="random" if "random" in {s.label for s in specs}
+                            else specs[0].label, force=args.force or args.out is None)
+    except OutputError as exc:
+        print(f"simulate: {exc}", file=sys.stderr)
+        return 2
     summary = pd.read_csv(files["summary"])
     cols = [c for c in ("selector", "etr_mean", "rollout_accuracy_mean", "eval_final_mean",
                         "ttb_mean", "ttb_reached", "bsf_mean") if c in summary]
     print(summary[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     print(f"\n{len(specs)} selectors x {config.n_seeds} seeds x {config.steps} steps in "
-          f"{result.seconds:.1f} s; tables and figures in {out}")
+          f"{result.seconds:.1f} s; tables and figures in {out}"
+          + (" (replaced its previous contents: --force)" if replaced else ""))
     return 0

@@ -26,7 +26,14 @@ Three builders feed this schema:
   arithmetic word problems with a wide, controlled difficulty range.
 
 Every loader goes through :func:`validate_taskset`, whose errors name the file, the row
-(counted from 0) and the column at fault.
+(counted from 0) and the column at fault; an input file that cannot be read at all (empty,
+truncated, corrupt, malformed csv/json) is one :class:`TasksetError` line naming it.
+
+Outputs are never lost silently: a taskset is written into a temporary folder beside its
+directory and swapped in when complete (:func:`staged_output`), so a failure midway leaves
+the old one intact; the commands keep an existing taskset unless ``--force``, and with
+``--force`` replace only the splits they build (``prepare-aime`` the test split,
+``prepare-data`` train/validation), keeping every other split and file there.
 """
 
 from __future__ import annotations
@@ -35,8 +42,11 @@ import argparse
 import contextlib
 import hashlib
 import json
+import os
+import shutil
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +95,132 @@ class TasksetError(ValueError):
 
 class HubUnavailable(RuntimeError):
     """The Hugging Face hub could not be reached; the message says what to pass instead."""
+
+
+class OutputError(ValueError):
+    """An output folder that is kept (it exists; no ``--force``) or could not be written.
+
+    The message is one line naming the folder; a failed write leaves the folder as it was.
+    """
+
+
+def _reason(exc: BaseException, limit: int = 200) -> str:
+    """An exception's message on one line, capped (for one-line error reports)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------------------
+# Writing outputs without losing what is there
+# --------------------------------------------------------------------------------------
+
+
+def has_content(path: str | Path) -> bool:
+    """True when ``path`` exists and is a file or a non-empty folder."""
+    path = Path(path)
+    if path.is_dir():
+        return any(path.iterdir())
+    return path.exists() or path.is_symlink()
+
+
+def check_output(out: str | Path, force: bool) -> None:
+    """Raise :class:`OutputError` when ``out`` holds something and ``force`` is off.
+
+    An absent or empty folder is free to write (``paths.new_run_dir`` makes empty ones).
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{out}: exists and is not a folder; choose another --out")
+    if not force and has_content(out):
+        raise OutputError(f"{out}: already exists and is kept; pass --force to replace it, "
+                          "or choose another --out")
+
+
+def fresh_run_dir(kind: str) -> Path:
+    """An empty ``runs/<kind>/<timestamp>`` folder (suffixed ``-2``, ``-3``, ... when a run
+    of the same second already filled the plain name)."""
+    out = paths.new_run_dir(kind)
+    stamp, n = out.name, 2
+    while has_content(out):
+        out = paths.new_run_dir(kind, stamp=f"{stamp}-{n}")
+        n += 1
+    return out
+
+
+def _copy_entry(src: Path, dst: Path) -> None:
+    if src.is_symlink():
+        os.symlink(os.readlink(src), dst)
+    elif src.is_dir():
+        shutil.copytree(src, dst, symlinks=True)
+    else:
+        try:  # a hard link: instant, and the old folder goes away after the swap anyway
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+
+def swap_in(tmp: Path, out: Path) -> None:
+    """Put the finished folder ``tmp`` at ``out``; the old ``out`` goes only once it can
+    (renamed aside, then deleted after ``tmp`` is in place; put back if that rename fails)."""
+    if not out.exists():
+        os.rename(tmp, out)
+        return
+    if out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+        os.rename(tmp, out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    old.rmdir()
+    os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except BaseException:
+        os.rename(old, out)  # put the old output back
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged_output(out: str | Path, keep: Callable[[Path], bool] | None = None,
+                  ) -> Iterator[Path]:
+    """Write a folder's new contents into a temporary folder beside it, then swap it in.
+
+    Yields the temporary folder. When the block finishes, the temporary folder replaces
+    ``out`` (two renames on one file system; the old folder is removed last and put back
+    if the second rename fails). When the block raises, ``out`` is left exactly as it was
+    and the temporary folder is removed; an ``OSError`` (disk full, no permission) becomes
+    an :class:`OutputError` naming ``out``. Entries of the old ``out`` for which ``keep``
+    returns True are copied into the new folder first, so they survive the swap.
+    """
+    out = Path(out)
+    if out.is_symlink():  # replace the folder the link points at, and keep the link
+        out = out.resolve()
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{out}: exists and is not a folder; choose another --out")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot create the output folder ({_reason(exc)})") from exc
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it private
+        if keep is not None and out.is_dir():
+            for entry in sorted(out.iterdir()):
+                if keep(entry):
+                    _copy_entry(entry, tmp / entry.name)
+        yield tmp
+        swap_in(tmp, out)
+    except OSError as exc:
+        raise OutputError(f"{out}: writing failed ({_reason(exc)}); {out} was left as it "
+                          "was") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def rebase(files: Mapping[str, Path], tmp: Path, out: Path) -> dict[str, Path]:
+    """Paths written under the temporary folder ``tmp``, as they are under ``out`` after the
+    swap."""
+    return {k: out / Path(v).relative_to(tmp) for k, v in files.items()}
 
 
 def _as_table(data: Any) -> pa.Table:
@@ -167,6 +303,35 @@ def validate_taskset(data: Any, feature_keys: Sequence[str] = (), source: Any = 
                                f"{values[row].as_py()!r} outside [0, 1]")
 
 
+def _not_parquet(path: Path, exc: BaseException) -> TasksetError:
+    return TasksetError(f"{path}: not a readable parquet file ({_reason(exc)}); it may be "
+                        "truncated, corrupt or still downloading: fetch it again")
+
+
+def check_parquet(path: str | Path) -> None:
+    """Raise :class:`TasksetError` (one line, naming the file) unless ``path`` is a parquet
+    file whose footer can be read (0 bytes, truncated or not parquet at all)."""
+    path = Path(path)
+    if path.stat().st_size == 0:
+        raise TasksetError(f"{path}: the file is empty (0 bytes); it may be an interrupted "
+                           "download: fetch it again")
+    try:
+        pq.read_metadata(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise _not_parquet(path, exc) from exc
+
+
+def _read_parquet(path: Path, columns: Sequence[str] | None = None) -> pa.Table:
+    """``pq.read_table`` whose failures are one :class:`TasksetError` line naming the file."""
+    check_parquet(path)
+    try:
+        names = pq.read_schema(path).names
+        wanted = None if columns is None else [c for c in columns if c in names]
+        return pq.read_table(path, columns=wanted)
+    except (pa.ArrowException, OSError) as exc:
+        raise _not_parquet(path, exc) from exc
+
+
 def split_file(path: str | Path, split: str) -> Path:
     """``<path>/<split>.parquet``, or ``path`` itself when it already is a parquet file."""
     path = Path(path)
@@ -194,10 +359,15 @@ def load_taskset(path: str | Path, split: str = "train",
         found = sorted(p.stem for p in path.glob("*.parquet"))
         raise TasksetError(f"{file}: split {split!r} not found in {path} "
                            f"(splits present: {', '.join(found) or 'none'})")
-    if path.is_dir():
-        ds = datasets.load_dataset(str(path), split=split)
-    else:
-        ds = datasets.load_dataset("parquet", data_files={split: str(file)}, split=split)
+    check_parquet(file)
+    try:
+        if path.is_dir():
+            ds = datasets.load_dataset(str(path), split=split)
+        else:
+            ds = datasets.load_dataset("parquet", data_files={split: str(file)}, split=split)
+    except Exception as exc:  # datasets wraps Arrow's errors in its own; report one line
+        raise TasksetError(f"{file}: cannot be read as a taskset split ({type(exc).__name__}: "
+                           f"{_reason(exc)})") from exc
     validate_taskset(ds, feature_keys, source=file)
     return ds
 
@@ -208,40 +378,106 @@ def read_split(path: str | Path, split: str = "train",
     file = split_file(path, split)
     if not file.is_file():
         raise TasksetError(f"{file}: no such file")
-    frame = pq.read_table(file).to_pandas()
+    frame = _read_parquet(file).to_pandas()
     validate_taskset(frame, feature_keys, source=file)
     return frame
 
 
+def existing_splits(out_dir: str | Path) -> list[str]:
+    """The splits a taskset folder holds now (``<split>.parquet`` files), in SPLITS order."""
+    out_dir = Path(out_dir)
+    return [s for s in SPLITS if (out_dir / f"{s}.parquet").is_file()]
+
+
+def _taskset_files(out_dir: Path) -> list[str]:
+    names = [f"{s}.parquet" for s in existing_splits(out_dir)]
+    return names + ([PROVENANCE_FILE] if (out_dir / PROVENANCE_FILE).exists() else [])
+
+
+def replacement_note(out_dir: str | Path, replaces: Sequence[str]) -> str | None:
+    """What writing the splits ``replaces`` into ``out_dir`` changes there, in one line, or
+    None when the folder holds no taskset yet."""
+    out_dir = Path(out_dir)
+    present = existing_splits(out_dir)
+    if not present and not (out_dir / PROVENANCE_FILE).exists():
+        return None
+    gone = [s for s in present if s in replaces]
+    kept = [s for s in present if s not in replaces]
+    replaced = ([f"split(s) {', '.join(gone)}"] if gone else []) + (
+        [PROVENANCE_FILE] if (out_dir / PROVENANCE_FILE).exists() else [])
+    return (f"{out_dir}: replaced {' and '.join(replaced) or 'nothing'}; kept "
+            + (", ".join(kept) if kept else "no other split"))
+
+
+def check_taskset_output(out_dir: str | Path, replaces: Sequence[str], force: bool) -> None:
+    """Raise :class:`OutputError` when ``out_dir`` holds a taskset and ``force`` is off.
+
+    With ``force`` the splits in ``replaces`` are replaced and every other split (and any
+    other file in the folder) is kept, so say which in the message.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputError(f"{out_dir}: exists and is not a folder; choose another --out")
+    if force or not out_dir.is_dir():
+        return
+    files = _taskset_files(out_dir)
+    if files:
+        kept = [s for s in existing_splits(out_dir) if s not in replaces]
+        raise OutputError(
+            f"{out_dir}: already holds a taskset ({', '.join(files)}) and is kept; pass "
+            f"--force to replace its {'/'.join(replaces)} split"
+            + (f" (keeping {', '.join(kept)})" if kept else "")
+            + ", or choose another --out")
+
+
 def save_taskset(splits: Mapping[str, pd.DataFrame], out_dir: str | Path,
-                 provenance: Mapping[str, Any], feature_keys: Sequence[str] = ()) -> dict[str, Path]:
+                 provenance: Mapping[str, Any], feature_keys: Sequence[str] = (), *,
+                 force: bool = True, replaces: Sequence[str] = SPLITS) -> dict[str, Path]:
     """Validate and write ``{split: frame}`` as ``<out_dir>/<split>.parquet`` + provenance.
 
-    The directory holds exactly one taskset: split files from an earlier run that are not
-    in ``splits`` (say, a stale ``validation.parquet``) are removed, so a reader never mixes
-    two builds. Returns the written paths by split.
+    ``replaces`` are the splits this build owns (``splits`` always count among them): an
+    earlier file of an owned split that ``splits`` lacks (say, a stale
+    ``validation.parquet``) is removed, so a reader never mixes two builds of one split
+    family. Every other split and every other file in ``out_dir`` is kept, and the new
+    ``provenance.json`` carries each kept split's own provenance under ``kept_splits``.
+    The default owns all splits: the folder then holds exactly this taskset.
+
+    The files are written into a temporary folder beside ``out_dir`` and swapped in when
+    all are written: a failure midway leaves ``out_dir`` as it was. ``force=False`` refuses
+    (:class:`OutputError`) to touch a folder that already holds a taskset; the commands
+    pass their ``--force`` here, the library default replaces (notebooks re-run into their
+    scratch folders). Returns the written paths by split.
     """
     out_dir = Path(out_dir)
     bad = [s for s in splits if s not in SPLITS]
     if bad:
         raise TasksetError(f"{out_dir}: unknown split name(s) {bad}; use {list(SPLITS)}")
+    owned = [s for s in SPLITS if s in replaces or s in splits]
     for split, frame in splits.items():
         validate_taskset(frame, feature_keys, source=out_dir / f"{split}.parquet")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for split in SPLITS:
-        stale = out_dir / f"{split}.parquet"
-        if split not in splits and stale.exists():
-            stale.unlink()
+    check_taskset_output(out_dir, owned, force)
+    kept = [s for s in existing_splits(out_dir) if s not in owned] if out_dir.is_dir() else []
+    prov = dict(provenance)
+    if kept:
+        old: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError):
+            loaded = json.loads((out_dir / PROVENANCE_FILE).read_text())
+            old = loaded if isinstance(loaded, dict) else {}
+        earlier = old.get("kept_splits") if isinstance(old.get("kept_splits"), dict) else {}
+        own = {k: v for k, v in old.items() if k != "kept_splits"} or None
+        prov["kept_splits"] = {s: earlier.get(s, own) for s in kept}
+    owned_files = {f"{s}.parquet" for s in owned} | {PROVENANCE_FILE}
     written = {}
-    for split, frame in splits.items():
-        table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
-        # pandas 3 hands over large_string; plain string is what every reader expects.
-        schema = pa.schema([f.with_type(pa.string()) if _is_text(f.type) else f
-                            for f in table.schema])
-        table = table.cast(schema).replace_schema_metadata(None)
-        pq.write_table(table, out_dir / f"{split}.parquet", compression="zstd")
-        written[split] = out_dir / f"{split}.parquet"
-    (out_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2, default=str) + "\n")
+    with staged_output(out_dir, keep=lambda entry: entry.name not in owned_files) as tmp:
+        for split, frame in splits.items():
+            table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
+            # pandas 3 hands over large_string; plain string is what every reader expects.
+            schema = pa.schema([f.with_type(pa.string()) if _is_text(f.type) else f
+                                for f in table.schema])
+            table = table.cast(schema).replace_schema_metadata(None)
+            pq.write_table(table, tmp / f"{split}.parquet", compression="zstd")
+            written[split] = out_dir / f"{split}.parquet"
+        (tmp / PROVENANCE_FILE).write_text(json.dumps(prov, indent=2, default=str) + "\n")
     return written
 
 
@@ -340,20 +576,32 @@ def read_raw_table(path: str | Path, columns: Sequence[str] | None = None) -> pa
 
     JSON lines are parsed with Python's ``json`` (which accepts ``NaN``), and the column
     types are inferred over all rows, so hand-written files may omit keys (they become
-    nulls). A missing file raises :class:`TasksetError`.
+    nulls). A missing, empty, truncated or malformed file raises :class:`TasksetError`
+    with one line naming the file (and the line, for csv and jsonl).
     """
     path = Path(path)
     if not path.is_file():
         raise TasksetError(f"{path}: no such input file")
     suffix = "".join(path.suffixes[-1:]).lower()
+    if suffix not in (".parquet", ".jsonl", ".json", ".csv"):
+        raise TasksetError(f"{path}: unsupported file type {suffix!r}; use parquet, jsonl or csv")
+    if path.stat().st_size == 0:
+        raise TasksetError(f"{path}: the file is empty (0 bytes); it may be an interrupted "
+                           "download: fetch it again")
     if suffix == ".parquet":
-        names = pq.read_schema(path).names
-        wanted = None if columns is None else [c for c in columns if c in names]
-        return pq.read_table(path, columns=wanted)
+        return _read_parquet(path, columns)
     if suffix in (".jsonl", ".json"):
-        text = path.read_text()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise TasksetError(f"{path}: not UTF-8 text (bad byte at offset {exc.start}); "
+                               f"is it a binary file named {suffix}?") from exc
         if suffix == ".json" and text.lstrip().startswith("["):
-            rows = json.loads(text)
+            try:
+                rows = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise TasksetError(f"{path}: line {exc.lineno}, column {exc.colno}: not valid "
+                                   f"JSON ({exc.msg})") from exc
         else:
             rows = []
             for lineno, line in enumerate(text.splitlines(), 1):
@@ -366,15 +614,42 @@ def read_raw_table(path: str | Path, columns: Sequence[str] | None = None) -> pa
         if not rows:
             raise TasksetError(f"{path}: no rows")
         table = _table_from_rows(rows, path)
-    elif suffix == ".csv":
-        import pyarrow.csv as pacsv
-
-        table = pacsv.read_csv(path)
     else:
-        raise TasksetError(f"{path}: unsupported file type {suffix!r}; use parquet, jsonl or csv")
+        table = _read_csv(path)
     if columns is not None:
         table = table.select([c for c in columns if c in table.column_names])
     return table
+
+
+def _read_csv(path: Path) -> pa.Table:
+    """A csv file as a table; a malformed one is one :class:`TasksetError` line naming the
+    file and, where Python's csv module can find it, the line at fault."""
+    import csv
+
+    import pyarrow.csv as pacsv
+
+    last = 0  # the line the previous record ended on
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh, strict=True)
+            width = None
+            for record in reader:
+                if width is None:
+                    width = len(record)
+                elif record and len(record) != width:
+                    raise TasksetError(f"{path}: line {last + 1}: {len(record)} field(s) "
+                                       f"where the header has {width}")
+                last = reader.line_num
+    except csv.Error as exc:
+        raise TasksetError(f"{path}: line {last + 1}: not valid CSV ({exc}); look for an "
+                           "unterminated quote there") from exc
+    except UnicodeDecodeError as exc:
+        raise TasksetError(f"{path}: not UTF-8 text (bad byte at offset {exc.start}); "
+                           "is it a binary file named .csv?") from exc
+    try:
+        return pacsv.read_csv(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise TasksetError(f"{path}: not a readable CSV file ({_reason(exc)})") from exc
 
 
 # --------------------------------------------------------------------------------------
@@ -546,27 +821,32 @@ def _combined(col: pa.ChunkedArray | pa.Array) -> pa.Array:
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
 
 
-def _first_message_content(prompt: pa.Array, n: int, where: str) -> np.ndarray:
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _first_message_content(prompt: pa.Array, n: int, where: str,
+                           column: str = "prompt") -> np.ndarray:
     """``prompt[0]["content"]`` per row as an object array (None where absent), vectorised."""
     out = np.full(n, None, dtype=object)
     if _is_text(prompt.type):  # already a plain string prompt
         out[:] = prompt.to_numpy(zero_copy_only=False)
         return out
-    if not (pa.types.is_list(prompt.type) or pa.types.is_large_list(prompt.type)):
-        raise TasksetError(f"{where}: column 'prompt' has type {prompt.type}, expected a list of "
-                           "{role, content} messages")
+    if not _is_list(prompt.type):
+        raise TasksetError(f"{where}: column {column!r} has type {prompt.type}, expected text "
+                           "or a list of {role, content} messages")
     first = pc.list_slice(prompt, 0, 1)
     flat = pc.list_flatten(first)
     parents = pc.list_parent_indices(first).to_numpy()
     if pa.types.is_struct(flat.type):
         if flat.type.get_field_index("content") < 0:
-            raise TasksetError(f"{where}: column 'prompt' messages have no 'content' field "
+            raise TasksetError(f"{where}: column {column!r} messages have no 'content' field "
                                f"(fields: {[f.name for f in flat.type]})")
         content = pc.struct_field(flat, "content")
     elif _is_text(flat.type):
         content = flat
     else:
-        raise TasksetError(f"{where}: column 'prompt' holds {flat.type}, expected messages")
+        raise TasksetError(f"{where}: column {column!r} holds {flat.type}, expected messages")
     if not _is_text(content.type):
         content = pc.cast(content, pa.string())
     out[parents] = content.to_numpy(zero_copy_only=False)
@@ -579,8 +859,54 @@ def raw_prompt_text(table: pa.Table) -> pd.Series:
                                             "input"), name="prompt_text")
 
 
-def _ground_truth(reward_model: pa.Array, where: str) -> pa.Array:
-    """``reward_model["ground_truth"]`` as strings (nulls kept), vectorised."""
+def _truth_text(value: Any) -> str | None:
+    """One ground-truth value as text: integral floats as integers (``42.0`` -> ``"42"``),
+    None for null, NaN and blank."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return str(int(value)) if float(value).is_integer() else repr(float(value))
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value)
+    text = str(value)
+    return text if text.strip() else None
+
+
+def single_truth(value: Any, where: str, row: str, column: str) -> str | None:
+    """A ground-truth cell as one truth string (None when empty).
+
+    A list cell (guru's writer and some hub files store truths as lists) gives its one
+    distinct non-empty element; an empty list is a missing truth. A list of several
+    different truths raises :class:`TasksetError` naming the row and column: in the
+    upstream reward functions several truths mean *any of these is right*, which a
+    ``"#### <truth>"`` answer with its single-truth judge cannot express, and joining
+    them would make a truth no answer matches.
+    """
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        return _truth_text(value)
+    items = list(dict.fromkeys(t for t in (_truth_text(v) for v in value) if t is not None))
+    if len(items) > 1:
+        shown = ", ".join(repr(t) for t in items[:3]) + (", ..." if len(items) > 3 else "")
+        raise TasksetError(f"{where}: {row}, column {column!r}: {len(items)} different ground "
+                           f"truths [{shown}]; a task here has one truth (the judge compares "
+                           "against a single answer): keep one or drop the row")
+    return items[0] if items else None
+
+
+def _ground_truth(reward_model: pa.Array, where: str,
+                  label: Callable[[int], str] = lambda r: f"row {r}") -> pa.Array:
+    """``reward_model["ground_truth"]`` as plain ``string`` (nulls kept), vectorised.
+
+    Text of any width (``large_string`` from recent pandas and the hub's writer) becomes
+    ``string``; numbers print as :func:`_truth_text` does; a list-typed truth gives its one
+    element (see :func:`single_truth`).
+    """
     if not pa.types.is_struct(reward_model.type) or \
             reward_model.type.get_field_index("ground_truth") < 0:
         raise TasksetError(f"{where}: column 'reward_model' has type {reward_model.type}, "
@@ -588,19 +914,19 @@ def _ground_truth(reward_model: pa.Array, where: str) -> pa.Array:
     truth = pc.struct_field(reward_model, "ground_truth")
     # A null struct hides its children; make that explicit.
     truth = pc.if_else(reward_model.is_null(), pa.scalar(None, truth.type), truth)
+    if _is_list(truth.type):
+        values = truth.to_pylist()
+        return pa.array([single_truth(v, where, label(i), "reward_model.ground_truth")
+                         for i, v in enumerate(values)], pa.string())
     if pa.types.is_floating(truth.type):
         # 42.0 -> "42": integral floats print as integers, the form answers take.
-        values = truth.to_numpy(zero_copy_only=False)
-        text = [None if v is None or (isinstance(v, float) and np.isnan(v))
-                else (str(int(v)) if float(v).is_integer() else repr(float(v))) for v in values]
-        return pa.array(text, pa.string())
-    if not _is_text(truth.type):
-        try:
-            truth = pc.cast(truth, pa.string())
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise TasksetError(f"{where}: column 'reward_model.ground_truth' has type "
-                               f"{truth.type}, which cannot be read as text") from exc
-    return truth
+        return pa.array([_truth_text(v) for v in truth.to_numpy(zero_copy_only=False)],
+                        pa.string())
+    try:
+        return pc.cast(truth, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise TasksetError(f"{where}: column 'reward_model.ground_truth' has type "
+                           f"{truth.type}, which cannot be read as text") from exc
 
 
 def _row_label(table: pa.Table, row: int) -> str:
@@ -650,7 +976,10 @@ def convert_guru(table: pa.Table, options: GuruOptions | None = None,
     ``answer = "#### " + ground_truth``. Then, in order, each dropped row counted once
     under its first reason: empty prompt, empty question, missing ground truth; missing
     pass rates (dropped or imputed, ``options.missing_pass_rate``); exact-duplicate
-    questions (later copies). Kept rows carry ``source_row`` (input row number),
+    questions (later copies). Text columns may be ``string`` or ``large_string``; a
+    list-typed ground truth gives its one element (several different ones raise
+    :class:`TasksetError` naming the row, see :func:`single_truth`). Kept rows carry
+    ``source_row`` (input row number),
     ``source_index`` (``extra_info.index``) and ``data_source`` when present.
     Vectorised with pyarrow/numpy: 54k rows convert in well under a second.
     """
@@ -669,7 +998,8 @@ def convert_guru(table: pa.Table, options: GuruOptions | None = None,
     content = _first_message_content(_combined(table.column("prompt")), n, where)
     has_prompt = ~pd.isna(content)
     question = clean_question(pa.array(content, pa.string()))
-    truth = pc.utf8_trim_whitespace(_ground_truth(_combined(table.column("reward_model")), where))
+    truth = pc.utf8_trim_whitespace(_ground_truth(_combined(table.column("reward_model")), where,
+                                                  lambda r: _row_label(table, r)))
 
     reason = np.full(n, "", dtype=object)
 
@@ -796,13 +1126,20 @@ def _provenance(kind: str, source: str, input_path: Path | None, options: Any,
     return prov
 
 
+GURU_SPLITS = ("train", "validation")
+
+
 def prepare_guru(input_path: str | Path | None = None, out_dir: str | Path = paths.GURU_DIR,
                  options: GuruOptions | None = None, hub_timeout: float = 10.0,
-                 progress: bool = False) -> ConversionReport:
+                 progress: bool = False, force: bool = True) -> ConversionReport:
     """Read guru's math file (``input_path``, or the hub when None), convert and save it.
 
     Writes ``<out_dir>/train.parquet`` (+ ``validation.parquet`` when asked) and
-    ``provenance.json`` (source, input sha256, options, counts, versions).
+    ``provenance.json`` (source, input sha256, options, counts, versions). A ``test`` split
+    already in ``out_dir`` is kept; an earlier ``validation`` split is replaced (or removed
+    when none is asked for), since its rows came from the same input. ``force=False``
+    refuses an ``out_dir`` that holds a taskset (:class:`OutputError`), before any work.
+    The report's notes say what was replaced.
     """
     from tqdm import tqdm
 
@@ -810,6 +1147,7 @@ def prepare_guru(input_path: str | Path | None = None, out_dir: str | Path = pat
     options.check()
     if input_path is not None and not Path(input_path).is_file():
         raise TasksetError(f"{input_path}: no such input file")
+    check_taskset_output(out_dir, GURU_SPLITS, force)
     # leave=False: the bar erases itself, so an error below stays a single line.
     with tqdm(total=4, desc="prepare-data", disable=not progress, unit="step",
               leave=False) as bar:
@@ -831,8 +1169,12 @@ def prepare_guru(input_path: str | Path | None = None, out_dir: str | Path = pat
         bar.update()
         bar.set_postfix_str("write")
         prov = _provenance("guru-math", source, input_path, options, report)
-        save_taskset(splits, out_dir, prov, feature_keys=options.pass_rate_columns)
+        note = replacement_note(out_dir, GURU_SPLITS)
+        save_taskset(splits, out_dir, prov, feature_keys=options.pass_rate_columns,
+                     force=force, replaces=GURU_SPLITS)
         bar.update()
+    if note:
+        report.notes.append(note)
     return report
 
 
@@ -860,11 +1202,20 @@ def prepare_data_parser(parser: argparse.ArgumentParser) -> None:
                         help="further raw columns to copy through")
     parser.add_argument("--hub-timeout", type=float, default=10.0, metavar="S",
                         help="seconds to wait for the hub (default: %(default)s)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the train/validation splits of an existing taskset in "
+                             "--out (a test split there is kept)")
 
 
-def _fail(exc: Exception) -> int:
-    print(f"error: {exc}", file=sys.stderr)
+def _fail(exc: Exception | str) -> int:
+    print("error: " + " ".join(str(exc).splitlines()), file=sys.stderr)
     return 2
+
+
+def _arrow_failure(input_path: Any, exc: Exception) -> str:
+    """One line for an Arrow error the checks above did not foresee (never a traceback)."""
+    where = input_path if input_path is not None else "the downloaded input"
+    return f"{where}: cannot convert ({type(exc).__name__}: {_reason(exc)})"
 
 
 def prepare_data_command(args: argparse.Namespace) -> int:
@@ -875,9 +1226,11 @@ def prepare_data_command(args: argparse.Namespace) -> int:
                           keep_columns=tuple(args.keep_columns))
     try:
         report = prepare_guru(args.input, args.out, options, hub_timeout=args.hub_timeout,
-                              progress=True)
-    except (TasksetError, HubUnavailable) as exc:
+                              progress=True, force=args.force)
+    except (TasksetError, HubUnavailable, OutputError) as exc:
         return _fail(exc)
+    except pa.ArrowException as exc:
+        return _fail(_arrow_failure(args.input, exc))
     print(format_report(report))
     print(f"wrote {args.out}")
     return 0
@@ -888,8 +1241,9 @@ def prepare_data_command(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------
 
 QUESTION_COLUMN_CANDIDATES = ("question", "problem", "prompt", "input", "query")
+# ``reward_model`` last: guru-schema files keep the truth in ``reward_model.ground_truth``.
 ANSWER_COLUMN_CANDIDATES = ("answer", "final_answer", "expected_answer", "ground_truth",
-                            "target", "label")
+                            "target", "label", "reward_model")
 ID_COLUMN_CANDIDATES = ("id", "problem_id", "idx", "uid")
 
 
@@ -981,11 +1335,27 @@ def convert_aime(table: pa.Table, options: AimeOptions | None = None,
     reasons = (DROP_EMPTY_QUESTION, DROP_MISSING_TRUTH, DROP_DUPLICATE)
     report = ConversionReport(source=where, rows_in=n, dropped=dict.fromkeys(reasons, 0),
                               dropped_rows={r: [] for r in reasons})
-    qarr = table.column(qcol)
-    if not _is_text(qarr.type):
-        qarr = pc.cast(qarr, pa.string())
-    question = clean_question(_combined(qarr)).to_numpy(zero_copy_only=False)
-    truths = [normalize_answer(v) for v in table.column(acol).to_pylist()]  # 30-ish rows
+    qarr = _combined(table.column(qcol))
+    if _is_list(qarr.type):  # chat messages (guru's schema): the first message's content
+        qarr = pa.array(_first_message_content(qarr, n, where, qcol), pa.string())
+    elif not _is_text(qarr.type):
+        try:
+            qarr = pc.cast(qarr, pa.string())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise TasksetError(f"{where}: question column {qcol!r} has type {qarr.type}, "
+                               "expected text or a list of {role, content} messages") from exc
+    question = clean_question(pc.cast(qarr, pa.string())).to_numpy(zero_copy_only=False)
+    acolumn, aname = _combined(table.column(acol)), acol
+    if pa.types.is_struct(acolumn.type):  # guru's reward_model: {ground_truth, style}
+        if acolumn.type.get_field_index("ground_truth") < 0:
+            raise TasksetError(f"{where}: answer column {acol!r} is a struct without a "
+                               f"'ground_truth' field (fields: "
+                               f"{', '.join(f.name for f in acolumn.type)}); pass --answer-column")
+        truth = pc.struct_field(acolumn, "ground_truth")
+        acolumn = pc.if_else(acolumn.is_null(), pa.scalar(None, truth.type), truth)
+        aname = f"{acol}.ground_truth"
+    truths = [normalize_answer(single_truth(v, where, f"row {i}", aname))  # 30-ish rows
+              for i, v in enumerate(acolumn.to_pylist())]
     frame = pd.DataFrame({
         QUESTION: question,
         ANSWER: [None if t is None else ANSWER_PREFIX + t for t in truths],
@@ -1017,16 +1387,25 @@ def convert_aime(table: pa.Table, options: AimeOptions | None = None,
     kept = frame[reason == ""].reset_index(drop=True)
     report.rows_out = len(kept)
     report.splits = {"test": len(kept)}
-    report.notes.append(f"columns used: question={qcol!r}, answer={acol!r}, id={icol!r}")
+    report.notes.append(f"columns used: question={qcol!r}, answer={aname!r}, id={icol!r}")
     report.check()
     return kept, report
 
 
+AIME_SPLITS = ("test",)
+
+
 def prepare_aime(input_path: str | Path | None = None, out_dir: str | Path = paths.AIME24_DIR,
                  options: AimeOptions | None = None, hub_repo: str = AIME_REPO,
-                 hub_timeout: float = 10.0) -> ConversionReport:
-    """Build the AIME-24 eval taskset (``<out_dir>/test.parquet``) from a file or the hub."""
+                 hub_timeout: float = 10.0, force: bool = True) -> ConversionReport:
+    """Build the AIME-24 eval taskset (``<out_dir>/test.parquet``) from a file or the hub.
+
+    Only the ``test`` split is replaced: a ``train``/``validation`` split already in
+    ``out_dir`` is kept (and named in the report's notes). ``force=False`` refuses an
+    ``out_dir`` that holds a taskset (:class:`OutputError`), before any work.
+    """
     options = options or AimeOptions()
+    check_taskset_output(out_dir, AIME_SPLITS, force)
     if input_path is None:
         snapshot = download_from_hub(hub_repo, timeout=hub_timeout,
                                      what_instead="--input PATH (jsonl/parquet/csv with problem "
@@ -1043,8 +1422,12 @@ def prepare_aime(input_path: str | Path | None = None, out_dir: str | Path = pat
     frame, report = convert_aime(table, options, source=source)
     if report.rows_out != 30:
         report.notes.append(f"AIME 2024 has 30 problems; this set has {report.rows_out}")
+    note = replacement_note(out_dir, AIME_SPLITS)
     save_taskset({"test": frame}, out_dir,
-                 _provenance("aime", source, input_file, options, report))
+                 _provenance("aime", source, input_file, options, report),
+                 force=force, replaces=AIME_SPLITS)
+    if note:
+        report.notes.append(note)
     return report
 
 
@@ -1067,6 +1450,9 @@ def prepare_aime_parser(parser: argparse.ArgumentParser) -> None:
                         help="hub dataset repo to download (default: %(default)s)")
     parser.add_argument("--hub-timeout", type=float, default=10.0, metavar="S",
                         help="seconds to wait for the hub (default: %(default)s)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the test split of an existing taskset in --out (other "
+                             "splits there are kept)")
 
 
 def prepare_aime_command(args: argparse.Namespace) -> int:
@@ -1075,9 +1461,11 @@ def prepare_aime_command(args: argparse.Namespace) -> int:
                           drop_duplicates=not args.keep_duplicates)
     try:
         report = prepare_aime(args.input, args.out, options, hub_repo=args.hub_repo,
-                              hub_timeout=args.hub_timeout)
-    except (TasksetError, HubUnavailable) as exc:
+                              hub_timeout=args.hub_timeout, force=args.force)
+    except (TasksetError, HubUnavailable, OutputError) as exc:
         return _fail(exc)
+    except pa.ArrowException as exc:
+        return _fail(_arrow_failure(args.input, exc))
     print(format_report(report))
     print(f"wrote {args.out / 'test.parquet'}")
     return 0
@@ -1295,7 +1683,12 @@ def write_arithmetic(out_dir: str | Path = paths.ARITHMETIC_DIR, n_train: int = 
         for split in ("train", "test"):
             file = out_dir / f"{split}.parquet"
             if file.is_file():
-                extra = [c for c in pq.read_schema(file).names if c not in GENERATOR_COLUMNS]
+                try:
+                    names = pq.read_schema(file).names
+                except (pa.ArrowException, OSError) as exc:
+                    raise OutputError(f"{file}: cannot be read ({_reason(exc)}), so it may hold "
+                                      "measured columns; pass --force to replace it") from exc
+                extra = [c for c in names if c not in GENERATOR_COLUMNS]
                 if extra:
                     raise TasksetError(f"{file}: holds measured column(s) {', '.join(extra)} "
                                        "that regenerating would lose; pass --force or "
@@ -1316,7 +1709,7 @@ def write_arithmetic(out_dir: str | Path = paths.ARITHMETIC_DIR, n_train: int = 
                             "status": "not measured yet (python -m mathagent measure-pass-rates)"},
         "versions": {"mathagent": __version__},
     }
-    save_taskset(splits, out_dir, prov)
+    save_taskset(splits, out_dir, prov, replaces=("train", "test"))
     return splits
 
 
@@ -1336,7 +1729,7 @@ def generate_arithmetic_command(args: argparse.Namespace) -> int:
     try:
         splits = write_arithmetic(args.out, args.n_train, args.n_test, args.seed,
                                   force=args.force, progress=True)
-    except TasksetError as exc:
+    except (TasksetError, OutputError) as exc:
         return _fail(exc)
     for split, frame in splits.items():
         levels = frame["difficulty"].value_counts().sort_index()

@@ -308,3 +308,72 @@ def test_cpu_smoke_trains_feeds_back_logs_and_resumes(policy, tmp_path):
     assert list(table["step"]) == [1, 2, 3]
     assert resumed.selector.state_dict()["current_index"] == 3 * B
     assert json.loads((run / "checkpoint" / "trainer_state.json").read_text())["step"] == 3
+
+
+def _comparable(csv) -> pd.DataFrame:
+    """A metrics table, read exactly, without the columns that measure the machine
+    (timings, memory)."""
+    table = pd.read_csv(csv, float_precision="round_trip")
+    return table[[c for c in table.columns if not c.startswith(("time_", "gpu_mem"))]]
+
+
+def _spy_selections(trainer) -> list:
+    seen = []
+    get = trainer.selector.get_indices
+
+    def spy(batch_size):
+        idx = get(batch_size)
+        seen.append(list(idx))
+        return idx
+
+    trainer.selector.get_indices = spy
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("selector", ["difficulty_based", "bots"])
+def test_resumed_run_equals_the_uninterrupted_one(policy, tmp_path, selector):
+    """k steps, a kill right after step k+1 wrote its samples (before its checkpoint),
+    --resume, N-k more steps: the same selections, metrics and samples as N straight steps.
+    Trinity's difficulty_based keeps its posteriors only through mathagent's full state."""
+    steps, k = 3, 1
+    cfg = grpo.load_config(grpo.SMOKE_CONFIG, {"trainer.steps": steps,
+                                               "selector.name": selector})
+    pristine = copy.deepcopy(policy.model).requires_grad_(True)
+
+    def fresh_policy():
+        return grpo.Policy(copy.deepcopy(pristine), policy.tokenizer, device="cpu")
+
+    straight = grpo.GRPOTrainer(cfg, tmp_path / "straight", policy=fresh_policy())
+    straight_seen = _spy_selections(straight)
+    straight.train(progress=False)
+    run = tmp_path / "resumed"
+    head = grpo.GRPOTrainer(cfg, run, policy=fresh_policy())
+    seen = _spy_selections(head)
+    for _ in range(k):
+        head.step()
+    head.logger.close()
+    # the killed step k+1 had logged its row and appended its samples, the last torn
+    samples = run / "samples.jsonl"
+    lines = samples.read_text().splitlines(keepends=True)
+    with open(samples, "a") as f:
+        f.write(lines[-1].replace(f'"step": {k}', f'"step": {k + 1}'))
+        f.write(lines[-1][: len(lines[-1]) // 2])
+    table = pd.read_csv(run / "metrics.csv", float_precision="round_trip")
+    extra = table.iloc[[-1]].assign(step=k + 1)
+    pd.concat([table, extra]).to_csv(run / "metrics.csv", index=False)
+    del head
+
+    resumed = grpo.GRPOTrainer(cfg, run, policy=fresh_policy(), resume=True)
+    assert resumed.step_count == k
+    tail = _spy_selections(resumed)
+    resumed.train(progress=False)
+    seen += tail
+    assert seen == straight_seen and len(seen) == steps
+    pd.testing.assert_frame_equal(_comparable(run / "metrics.csv"),
+                                  _comparable(tmp_path / "straight" / "metrics.csv"))
+    assert samples.read_text() == (tmp_path / "straight" / "samples.jsonl").read_text()
+    a, b = straight.selector, resumed.selector
+    for x, y in zip(a.posterior(), b.posterior(), strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert a.capability() == b.capability() and a.rho() == b.rho()

@@ -279,3 +279,74 @@ def test_plot_command_reports_unreadable_runs(tmp_path, capsys):
     rc = cli.main(["plot", str(tmp_path / "nothing")])
     assert rc == 2
     assert "nothing: no such file or folder" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- --out is kept
+
+
+def _tidy_run(folder: Path) -> Path:
+    rng = np.random.default_rng(0)
+    rows = [{"selector": sel, "seed": seed, "step": step,
+             "rollout_accuracy": float(rng.random()) if step else np.nan,
+             "eval_accuracy": float(rng.random()) if step % 2 == 0 else np.nan,
+             "effective_task_ratio": float(rng.random())}
+            for sel in ("random", "bots") for seed in (1, 2) for step in range(7)]
+    folder.mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(folder / "steps.csv", index=False)
+    return folder
+
+
+def _snapshot(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def test_plot_keeps_an_existing_out_unless_force(tmp_path, capsys):
+    run = _tidy_run(tmp_path / "run")
+    out = tmp_path / "plots"
+    out.mkdir()
+    (out / "results.csv").write_text("an earlier plot\n")
+    before = _snapshot(out)
+    assert cli.main(["plot", str(run), "--out", str(out), "--smooth", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert str(out) in err and "--force" in err
+    assert _snapshot(out) == before
+    assert cli.main(["plot", str(run), "--out", str(out), "--smooth", "1", "--force"]) == 0
+    assert f"replaced the previous contents of {out}" in capsys.readouterr().out
+    assert len(pd.read_csv(out / "results.csv")) == 28
+    # an --out holding the runs being read is refused even with --force
+    before_run = _snapshot(run)
+    assert cli.main(["plot", str(run), "--out", str(tmp_path), "--force"]) == 2
+    assert f"{tmp_path}: holds the input {run}" in capsys.readouterr().err
+    assert _snapshot(run) == before_run
+
+
+def test_plot_failing_midway_leaves_the_old_out(tmp_path, capsys, monkeypatch):
+    from mathagent import plots
+
+    run = _tidy_run(tmp_path / "run")
+    out = tmp_path / "plots"
+    assert cli.main(["plot", str(run), "--out", str(out), "--smooth", "1"]) == 0
+    before = _snapshot(out)
+    capsys.readouterr()
+    real = plots.save_figure
+    calls = []
+
+    def save_then_fail(fig, name, folder=None):
+        calls.append(name)
+        if len(calls) > 1:
+            raise OSError(28, "No space left on device")
+        return real(fig, name, folder)
+
+    monkeypatch.setattr(plots, "save_figure", save_then_fail)
+    assert cli.main(["plot", str(run), "--out", str(out), "--smooth", "1", "--force"]) == 2
+    assert len(calls) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    *bars, line = [ln.rsplit("\r", 1)[-1] for ln in err.rstrip("\n").split("\n")]
+    assert all("%|" in b for b in bars), err  # the progress bar of reading the runs
+    assert line.startswith("error: ") and str(out) in line
+    assert "No space left on device" in line and "left as it was" in line
+    assert _snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plots", "run"]

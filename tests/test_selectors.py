@@ -103,8 +103,12 @@ def test_driver_steps_every_selector_and_resumes_its_position(name):
     state = json.loads(json.dumps(a.state_dict()))
     b = S.make_selector(name, data, keys, seed=3, **kwargs)
     b.load_state_dict(state)
-    if name in ("sequential", "shuffle", "random", "offline_easy2hard", "bots"):
-        assert a.get_indices(8) == b.get_indices(8)
+    for _ in range(3):  # every selector continues exactly, difficulty_based included
+        idx = a.get_indices(8)
+        assert b.get_indices(8) == idx
+        values = feedback_values(rng, 8, 4)
+        a.feedback(idx, values)
+        b.feedback(idx, values)
 
 
 def test_driver_inspects_posteriors_scores_and_capability():
@@ -193,8 +197,11 @@ def test_bots_extra_info_matches_difficulty_based():
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("name", ["bots", "difficulty_based"])
 @pytest.mark.parametrize("do_sample", [False, True])
-def test_bots_resumed_from_a_checkpoint_continues_exactly(do_sample):
+def test_resumed_from_a_checkpoint_continues_exactly(name, do_sample):
+    """BOTS saves its posteriors itself; for Trinity's difficulty_based the driver adds
+    them (selector_state), so both continue exactly after a JSON round trip."""
     data = taskset(300, seed=3)
     kw = {"m": 8, "lamb": 0.1, "rho": 0.2, "target_reward": 0.6, "tau": 0,
           "do_sample": do_sample, "adaptive_rho": True}
@@ -209,14 +216,18 @@ def test_bots_resumed_from_a_checkpoint_continues_exactly(do_sample):
             out.append(idx)
         return out
 
-    straight = S.make_selector("bots", data, [WEAK, STRONG], seed=5, **kw)
+    straight = S.make_selector(name, data, [WEAK, STRONG], seed=5, **kw)
     whole = run(straight, values)
-    first = S.make_selector("bots", data, [WEAK, STRONG], seed=5, **kw)
+    first = S.make_selector(name, data, [WEAK, STRONG], seed=5, **kw)
     head = run(first, values[:30])
-    saved = json.loads(json.dumps(first.state_dict()))  # what Trinity's checkpoint stores
-    assert saved["step"] == 30 and saved["cap_coef"] is not None
-    resumed = S.make_selector("bots", data, [WEAK, STRONG], seed=5, **kw)
+    saved = json.loads(json.dumps(first.state_dict()))  # what a checkpoint stores
+    assert saved["current_index"] == 30 * 16
+    assert first.capability() is not None and first.rho() < 0.2  # adaptive rho moved
+    resumed = S.make_selector(name, data, [WEAK, STRONG], seed=5, **kw)
     resumed.load_state_dict(saved)
+    for x, y in zip(first.posterior(), resumed.posterior(), strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert first.rho() == resumed.rho() and first.capability() == resumed.capability()
     tail = run(resumed, values[30:])
     assert head + tail == whole
     for x, y in zip(straight.posterior(), resumed.posterior(), strict=True):
@@ -224,16 +235,39 @@ def test_bots_resumed_from_a_checkpoint_continues_exactly(do_sample):
     assert straight.rho() == resumed.rho() and straight.capability() == resumed.capability()
 
 
-def test_trinity_difficulty_based_loses_its_posteriors_on_resume():
-    """Why the complete state matters: Trinity saves only the position."""
+def test_trinity_difficulty_based_state_alone_loses_its_posteriors():
+    """Why the driver completes the state: Trinity's own saves only the position. Such a
+    state still loads (the position), with a warning that the posteriors restart."""
     data = taskset(200)
     kw = {"m": 8, "tau": 0, "do_sample": True}
     a = S.make_selector("difficulty_based", data, [WEAK, STRONG], **kw)
     idx = a.get_indices(16)
     a.feedback(idx, [1.0] * 16)
+    trinity_state = json.loads(json.dumps(a.selector.state_dict()))
+    assert trinity_state == {"current_index": 16}
     b = S.make_selector("difficulty_based", data, [WEAK, STRONG], **kw)
-    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert S.load_selector_state(b.selector, trinity_state) is False
+    assert b.selector.current_index == 16
     assert np.all(b.posterior()[0] == 1.0) and not np.all(a.posterior()[0] == 1.0)
+    c = S.make_selector("difficulty_based", data, [WEAK, STRONG], **kw)
+    assert S.load_selector_state(c.selector, json.loads(json.dumps(a.state_dict()))) is True
+    np.testing.assert_array_equal(c.posterior()[0], a.posterior()[0])
+    assert c.capability() == a.capability() and c.get_indices(16) == a.get_indices(16)
+
+
+def test_difficulty_based_state_is_refused_by_other_tasks():
+    a = S.make_selector("difficulty_based", taskset(40), [WEAK, STRONG], m=4)
+    a.feedback(a.get_indices(4), [0.5] * 4)
+    state = json.loads(json.dumps(a.state_dict()))
+    with pytest.raises(ValueError, match="40 tasks"):
+        S.make_selector("difficulty_based", taskset(41), [WEAK, STRONG], m=4) \
+            .load_state_dict(state)
+    other = S.make_selector("difficulty_based", taskset(40, seed=7), [WEAK, STRONG], m=4)
+    with pytest.raises(ValueError, match="other feature values"):
+        other.load_state_dict(state)
+    assert np.all(other.posterior()[0] == 1.0) and other.selector.current_index == 0
+    with pytest.raises(ValueError, match="DifficultyBasedSelector"):
+        S.make_selector("random", taskset(40)).load_state_dict(state)
 
 
 def test_load_state_rejects_a_state_for_another_dataset():

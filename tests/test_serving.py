@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -254,3 +259,116 @@ def test_serve_help():
     assert out.returncode == 0
     for flag in ("--port", "--n-ctx", "--chat-format", "--prompt-reuse", "--startup-timeout"):
         assert flag in out.stdout
+
+
+# -- a busy port and temporary logs ------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def other_server():
+    """Another OpenAI-looking server (not ours) on a port of 127.0.0.1; yields the port."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            body = json.dumps({"data": [{"id": serving.BUNDLED_ALIAS}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield httpd.server_address[1]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_busy_port_is_one_clear_line():
+    """`serve --port P` with another server on P: one line, before anything starts (the old
+    code took the other server's answer for its own, printed its URL, then exited 1)."""
+    before = server_processes()
+    with other_server() as port:
+        expected = f"port {port} on 127.0.0.1 is in use by another process; choose another --port"
+        out = subprocess.run([sys.executable, "-m", "mathagent", "serve", "--port", str(port),
+                              "--n-ctx", "256"], capture_output=True, text=True, timeout=180,
+                             cwd=Path(__file__).resolve().parents[1])
+        assert out.returncode == 1
+        assert out.stderr.strip() == f"error: {expected}", out.stderr
+        assert "base URL" not in out.stdout
+        with pytest.raises(ServerStartError) as info:
+            LocalServer(port=port, n_ctx=256).start()
+        assert str(info.value) == expected
+    assert server_processes() <= before
+
+
+def test_port_taken_after_the_check_is_not_mistaken_for_ours(monkeypatch, tmp_path):
+    """Another server answering on the port does not make the start succeed: only our own
+    process listening there counts, and its bind error becomes the same one line."""
+    monkeypatch.setattr(serving, "port_in_use", lambda host, port: False, raising=False)
+    before = server_processes()
+    with other_server() as port:
+        srv = LocalServer(port=port, n_ctx=256, startup_timeout=90,
+                          log_path=tmp_path / "server.log")
+        with pytest.raises(ServerStartError) as info:
+            srv.start()
+        assert str(info.value) == (f"port {port} on 127.0.0.1 is in use by another process; "
+                                   "choose another --port")
+    assert not srv.running
+    assert server_processes() <= before
+
+
+def serve_in(tmp: Path) -> tuple[subprocess.Popen, Path]:
+    """`python -m mathagent serve` with its temp dir in ``tmp``; returns it and its log."""
+    proc = subprocess.Popen([sys.executable, "-m", "mathagent", "serve", "--n-ctx", "256"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            cwd=Path(__file__).resolve().parents[1],
+                            env={**os.environ, "TMPDIR": str(tmp)})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.startswith("log:"):
+            return proc, Path(line.split()[1])
+    proc.kill()
+    proc.wait()
+    raise AssertionError("serve printed no log line")
+
+
+def test_killed_serve_leaves_no_log_behind(tmp_path, monkeypatch):
+    """SIGKILL gives `serve` no time to delete its temporary log; the next start of a
+    server deletes it, while the log of a server whose owner still runs stays."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # LocalServer's temp dir here
+    killed, killed_log = serve_in(tmp_path)
+    alive, alive_log = serve_in(tmp_path)
+    try:
+        assert killed_log.is_file() and killed_log.is_relative_to(tmp_path)
+        server_pid = next(p.pid for p in psutil.Process(killed.pid).children()
+                          if "llama_cpp.server" in " ".join(p.cmdline()))
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=10)
+        assert gone(server_pid)                 # the server died with its owner ...
+        assert killed_log.is_file()             # ... and nothing could remove the log yet
+        with LocalServer(n_ctx=256) as srv:
+            own_log = srv.log_path
+            assert own_log.is_file() and own_log.is_relative_to(tmp_path)
+            assert not killed_log.exists()      # removed by this start
+            assert alive_log.is_file()          # its owner still runs
+        assert not own_log.exists()
+    finally:
+        for proc in (killed, alive):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+    assert not alive_log.exists()               # a clean stop deletes its own log

@@ -230,3 +230,70 @@ def test_simulate_command_with_static_selectors_only(tmp_path):
     assert posteriors.empty and "alpha" in posteriors.columns
     assert not (out / "figures" / "ttb_heatmap.png").exists()
     assert (out / "figures" / "training_curves.png").exists()
+
+
+# ---------------------------------------------------------------- output folders are kept
+
+
+def _snapshot(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def _tiny(out, **kw):
+    return _args(smoke=True, tasks=300, steps=4, seeds=1, eval_every=2, selectors=["random"],
+                 out=out, workers=1, no_figures=True, **kw)
+
+
+def _error_line(err):
+    """The one error line on stderr; anything else there is the sweep's progress bar."""
+    assert "Traceback" not in err, err
+    *bars, line = [ln.rsplit("\r", 1)[-1] for ln in err.rstrip("\n").split("\n")]
+    assert all("%|" in b for b in bars), err
+    assert line.startswith("simulate: "), err
+    return line
+
+
+def test_simulate_keeps_an_existing_run_unless_force(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "steps.csv").write_text("an earlier run\n")
+    (out / "notes.txt").write_text("mine\n")
+    before = _snapshot(out)
+    assert sim.simulate_command(_tiny(out)) == 2
+    line = _error_line(capsys.readouterr().err)
+    assert str(out) in line and "--force" in line
+    assert _snapshot(out) == before
+    assert sim.simulate_command(_tiny(out, force=True)) == 0
+    assert "replaced its previous contents" in capsys.readouterr().out
+    assert len(pd.read_csv(out / "steps.csv")) == 5 and not (out / "notes.txt").exists()
+    # library callers (notebooks re-run) replace by default; force=False refuses
+    result = sim.run_sweep(sim.smoke_config(n_tasks=300, steps=2, n_seeds=1),
+                           [sim.SelectorSpec("random", "random")], workers=1, progress=False)
+    files = sim.write_sweep(result, out, figures=False)
+    assert files["steps"] == out / "steps.csv" and len(pd.read_csv(files["steps"])) == 3
+    with pytest.raises(ValueError, match="already exists and is kept; pass --force"):
+        sim.write_sweep(result, out, figures=False, force=False)
+
+
+def test_simulate_failing_midway_leaves_the_old_run(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    assert sim.simulate_command(_tiny(out)) == 0
+    before = _snapshot(out)
+    capsys.readouterr()
+    real = pd.DataFrame.to_csv
+    calls = []
+
+    def write_then_fail(self, path=None, *args, **kwargs):
+        calls.append(path)
+        if len(calls) > 1:
+            raise OSError(28, "No space left on device")
+        return real(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", write_then_fail)
+    assert sim.simulate_command(_tiny(out, seed=5, force=True)) == 2
+    assert len(calls) == 2
+    line = _error_line(capsys.readouterr().err)
+    assert str(out) in line and "No space left on device" in line and "left as it was" in line
+    assert _snapshot(out) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no temporary folder left
