@@ -485,6 +485,11 @@ class RayFanout:
                     p for p in (str(paths.REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}}
                 init["num_cpus"] = num_cpus or max(2, len(factories))
             ray.init(**init)
+            if address == "local":
+                # the private Ray's daemons go with this process, also when it is SIGKILLed
+                from mathagent.reaper import children_of_this_process, reap_when_gone
+
+                reap_when_gone(children_of_this_process())
         # Actors wait on HTTP, not CPU: num_cpus=0 lets any number share a small machine.
         actor_cls = ray.remote(num_cpus=0)(_BackendActor)
         self._ray = ray

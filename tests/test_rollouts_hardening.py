@@ -16,6 +16,7 @@ tests/test_rollouts.py does.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
@@ -641,3 +642,61 @@ def test_random_sigkills_resume_to_the_uninterrupted_result(tmp_path, server, ki
     same_rollouts(rollouts.read_side_table(side), ref_side, COMPARED + ["tokens"])
     np.testing.assert_array_equal(pd.read_parquet(taskset / "train.parquet")[COLUMN], ref_values)
     assert not list(side.glob(".tmp-*")) and not list(taskset.glob(".tmp-*"))
+
+
+_FANOUT_DRIVER = r"""
+import functools, json, time
+from mathagent import rollouts
+from mathagent.reaper import children_of_this_process
+from mathagent.serving import ModelSettings
+
+# No endpoint is called: building the fan-out starts the private Ray and its actors.
+fanout = rollouts.RayFanout([functools.partial(
+    rollouts.EndpointBackend, ModelSettings(base_url="http://127.0.0.1:9/v1"))], address="local")
+print("PROCS:" + json.dumps(children_of_this_process()), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_sigkilled_ray_fanout_leaves_no_ray_processes(tmp_path):
+    """`measure-pass-rates --ray-address local` starts a private Ray inside the command; a
+    SIGKILL of the command used to leave its GCS, raylet and workers running for about 100 s.
+    The reaper stops every one of them within seconds."""
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-c", _FANOUT_DRIVER], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, cwd=tasks.paths.REPO_ROOT)
+    try:
+        line = ""
+        deadline = time.monotonic() + 300
+        while not line.startswith("PROCS:") and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                break
+        assert line.startswith("PROCS:"), "the fan-out did not start"
+        recorded = json.loads(line[len("PROCS:"):])
+        names = set()
+        for pid, _ in recorded:
+            with contextlib.suppress(psutil.Error):
+                names.add(psutil.Process(pid).name())
+        assert {"gcs_server", "raylet"} <= names
+    finally:
+        proc.kill()
+        proc.wait()
+
+    def alive():
+        out = []
+        for pid, created in recorded:
+            try:
+                p = psutil.Process(pid)
+                if abs(p.create_time() - created) < 0.01 and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(pid)
+            except psutil.Error:
+                continue
+        return out
+
+    deadline = time.monotonic() + 45  # the reaper needs well under 10 s; Ray alone took ~100 s
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert alive() == []

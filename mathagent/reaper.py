@@ -1,0 +1,102 @@
+"""Stop the processes a command started when the command dies, even by SIGKILL.
+
+A SIGKILLed Python process runs no cleanup, so daemons it started live on: the GCS, raylet
+and agents of ``ray.init(address="local")`` (the Ray fan-out of ``measure-pass-rates``) stayed
+about 100 s. :func:`reap_when_gone` starts a small watchdog in a process session of its own.
+It checks the owner (pid and start time) twice a second; once the owner is gone it
+terminates the recorded processes, and what they started since, then kills what is left
+after a few seconds. A recorded process is signalled only while its pid still has the start
+time recorded with it, so a pid the kernel has reused is never touched. The watchdog also
+exits when every recorded process is gone (a normal shutdown).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+#: Seconds two start times of one pid may differ by (psutil reads clock ticks, 10 ms).
+CREATE_TIME_TOLERANCE = 0.005
+
+
+def record(pids: list[int]) -> list[list[float]]:
+    """``[pid, start time]`` of each live process in ``pids``."""
+    import psutil
+
+    rows = []
+    for pid in pids:
+        try:
+            rows.append([pid, psutil.Process(pid).create_time()])
+        except psutil.Error:
+            continue
+    return rows
+
+
+def children_of_this_process() -> list[list[float]]:
+    """``[pid, start time]`` of every live descendant of this process."""
+    import psutil
+
+    return record([p.pid for p in psutil.Process().children(recursive=True)])
+
+
+def _same(pid: int, created: float):
+    """The process ``pid`` if it is still the one that started at ``created``, else None."""
+    import psutil
+
+    try:
+        proc = psutil.Process(int(pid))
+        if abs(proc.create_time() - created) <= CREATE_TIME_TOLERANCE and \
+                proc.status() != psutil.STATUS_ZOMBIE:
+            return proc
+    except psutil.Error:
+        pass
+    return None
+
+
+def reap_when_gone(processes: list[list[float]], owner: int | None = None) -> subprocess.Popen:
+    """Start the watchdog for ``processes`` (``[pid, start time]`` rows) and ``owner``
+    (default: this process). Returns its handle; it needs no further care."""
+    owner = os.getpid() if owner is None else owner
+    spec = {"owner": record([owner])[0], "processes": processes}
+    return subprocess.Popen([sys.executable, "-m", "mathagent.reaper", json.dumps(spec)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _watch(spec: dict, interval: float = 0.5, grace: float = 5.0) -> None:
+    import psutil
+
+    owner = spec["owner"]
+    while _same(*owner) is not None:
+        if not any(_same(*row) for row in spec["processes"]):
+            return  # everything was shut down properly
+        time.sleep(interval)
+    procs = {}
+    for row in spec["processes"]:
+        proc = _same(*row)
+        if proc is None:
+            continue
+        procs[proc.pid] = proc
+        try:
+            for child in proc.children(recursive=True):
+                procs.setdefault(child.pid, child)
+        except psutil.Error:
+            continue
+    for proc in procs.values():
+        try:
+            proc.terminate()
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(list(procs.values()), timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            continue
+
+
+if __name__ == "__main__":
+    _watch(json.loads(sys.argv[1]))
