@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-GPU Trinity-RFT runs on an offline H200 machine, driven from the repository root.
-# What ran for results/trinity_h200/ (see its README). Steps, each a separate call:
+# What ran for results/trinity_h200_first_steps/ (see its README). Steps, each its own command:
 #
 #   bash scripts/gpu/trinity_h200.sh part DIR        copy one bundle part (DIR/part?? and
 #                                                    DIR/SHA256SUMS) to $B
@@ -8,7 +8,7 @@
 #                                                    per RUN: a Ray head and a detached `train`
 #   bash scripts/gpu/trinity_h200.sh wait SECONDS    follow the runs until all end or SECONDS pass
 #   bash scripts/gpu/trinity_h200.sh collect         pack each run's event files, configs and logs
-#                                                    into $OUT (the files that come back)
+#                                                    into $OUT (default $W/out)
 #
 # RUN is NAME=CONFIG (e.g. random=configs/config_random_arithmetic.yaml); every run gets the
 # same extra train arguments from $TRAIN_ARGS. Runs share the GPU: each has its own Ray head
@@ -33,7 +33,7 @@ start)
   t0=$(date +%s)
   [ -d "$B/site" ] || bash scripts/gpu/install_bundle.sh "$B" "$B"
   source "$B/env.sh"
-  # a copy of the project to run from: later calls replace the working tree
+  # a copy of the project to run from, so the checkout can change while the runs go on
   rm -rf "$W/proj"; mkdir -p "$W/proj"
   tar --exclude=./.gpubundle --exclude=./.git --exclude=./.venv -cf - . | tar -xf - -C "$W/proj"
   cd "$W/proj"
@@ -52,7 +52,7 @@ torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__vers
     python3 -m mathagent ray start --temp-dir "/tmp/ray_$name" \
       --object-store-memory $((4 * 1024**3)) 2>&1 | grep -v "starting Ray head" | tail -2
     date +%s > "$W/$name.t0"
-    # a process session of its own: it outlives this call; its id is recorded to follow it
+    # a process session of its own: it outlives this command; its id is recorded to follow it
     setsid bash -c "echo \$\$ > $W/$name.pid; exec python3 -m mathagent train --config $config \
 --compare none ${TRAIN_ARGS:-}" > "$W/$name.log" 2>&1 < /dev/null &
     log "started $name ($config)"
