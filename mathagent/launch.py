@@ -577,9 +577,6 @@ class RayHead:
     #: Prefix of the private session folders :func:`start_ray_head` makes; only such a
     #: folder is ever removed (a record edited by hand cannot point the removal elsewhere).
     TEMP_PREFIX = "mathagent-ray-"  # not a field: no annotation
-    #: Seconds two start times of one pid may differ by (psutil derives them from clock
-    #: ticks since boot, 10 ms; a reused pid starts later than that).
-    CREATE_TIME_TOLERANCE = 0.005
 
     @staticmethod
     def group_snapshot(pgid: int) -> list[list[float]]:
@@ -615,18 +612,17 @@ class RayHead:
 
     def _verified(self) -> list[Any]:
         """The recorded processes that are still the same processes (pid and start time)."""
-        import psutil
+        from mathagent.reaper import same_process
 
         procs = []
         for entry in self.started:
             try:
                 pid, create_time = int(entry[0]), float(entry[1])
-                proc = psutil.Process(pid)
-                if (abs(proc.create_time() - create_time) <= self.CREATE_TIME_TOLERANCE
-                        and proc.status() != psutil.STATUS_ZOMBIE and pid != os.getpid()):
-                    procs.append(proc)
-            except (psutil.Error, TypeError, ValueError, IndexError):
+            except (TypeError, ValueError, IndexError):
                 continue
+            proc = same_process(pid, create_time)
+            if proc is not None and pid != os.getpid():
+                procs.append(proc)
         return procs
 
     def _live(self) -> dict[int, Any]:

@@ -42,7 +42,7 @@ def children_of_this_process() -> list[list[float]]:
     return record([p.pid for p in psutil.Process().children(recursive=True)])
 
 
-def _same(pid: int, created: float):
+def same_process(pid: int, created: float):
     """The process ``pid`` if it is still the one that started at ``created``, else None."""
     import psutil
 
@@ -70,13 +70,13 @@ def _watch(spec: dict, interval: float = 0.5, grace: float = 5.0) -> None:
     import psutil
 
     owner = spec["owner"]
-    while _same(*owner) is not None:
-        if not any(_same(*row) for row in spec["processes"]):
+    while same_process(*owner) is not None:
+        if not any(same_process(*row) for row in spec["processes"]):
             return  # everything was shut down properly
         time.sleep(interval)
     procs = {}
     for row in spec["processes"]:
-        proc = _same(*row)
+        proc = same_process(*row)
         if proc is None:
             continue
         procs[proc.pid] = proc
