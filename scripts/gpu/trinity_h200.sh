@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-GPU Trinity-RFT runs on an offline H200 machine, driven from the repository root.
-# What ran for results/trinity_h200_first_steps/ (see its README). Steps, each its own command:
+# What ran for results/trinity_h200/ and results/trinity_h200_rollout_probe/ (see their
+# READMEs). Steps, each its own command:
 #
 #   bash scripts/gpu/trinity_h200.sh part DIR        copy one bundle part (DIR/part?? and
 #                                                    DIR/SHA256SUMS) to $B
@@ -11,8 +12,9 @@
 #                                                    into $OUT (default $W/out)
 #
 # RUN is NAME=CONFIG (e.g. random=configs/config_random_arithmetic.yaml); every run gets the
-# same extra train arguments from $TRAIN_ARGS. Runs share the GPU: each has its own Ray head
-# (all 16 CPUs, the one GPU) and so its own colocated vLLM engine and trainer.
+# same extra train arguments from $TRAIN_ARGS, and run NAME also those in $ARGS_NAME. Runs share
+# the GPU: each has its own Ray head (all 16 CPUs, the one GPU) and so its own colocated vLLM
+# engine and trainer.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${B:-/root/bundle}            # bundle parts, then the unpacked site-packages
@@ -53,8 +55,9 @@ torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__vers
       --object-store-memory $((4 * 1024**3)) 2>&1 | grep -v "starting Ray head" | tail -2
     date +%s > "$W/$name.t0"
     # a process session of its own: it outlives this command; its id is recorded to follow it
+    own="ARGS_$name"
     setsid bash -c "echo \$\$ > $W/$name.pid; exec python3 -m mathagent train --config $config \
---compare none ${TRAIN_ARGS:-}" > "$W/$name.log" 2>&1 < /dev/null &
+--compare none ${TRAIN_ARGS:-} ${!own:-}" > "$W/$name.log" 2>&1 < /dev/null &
     log "started $name ($config)"
   done
   ;;

@@ -1,0 +1,181 @@
+"""Turn what ``trinity_h200.sh collect`` packed into a committed ``results/`` folder.
+
+    python scripts/gpu/trinity_results.py COLLECTED OUT [--runs NAME=FOLDER ...] [--force]
+
+``COLLECTED`` holds ``<name>.tgz`` per run plus ``gpu_apps.csv`` (the GPU monitor's
+per-process memory). ``OUT`` gets one folder per run (event files, ``params.json``, the
+config handed to ``tune()``, Trinity's meta files, a log excerpt, Trinity's
+whole runtime ``Config`` as it printed it) and, beside them, the tidy
+table (``trinity_h200.csv``), the figures and ETR/TTB/BSF from ``mathagent.results.draw``,
+the time of each phase per step (``phase_times.csv``), the start-up milestones
+(``startup.csv``) and the peak GPU memory per run and role (``gpu_memory.csv``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+import tarfile
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+
+from mathagent import results
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+STAMP = re.compile(r"(?:INFO|WARNING|ERROR) (\d\d-\d\d \d\d:\d\d:\d\d) ")
+# start-up milestones: (name, pattern of the first log line that marks it)
+MILESTONES = (
+    ("trainer workers ready", r"\[trainer\.py:\d+\] workers initialized"),
+    ("vLLM engine ready", r"init engine \(profile, create kv cache, warmup model\) took"),
+    ("first workflow runner ready", r"WorkflowRunner .* is prepared and ready"),
+    ("step-0 evaluation starts", r"Evaluation at step 0 started"),
+    ("step 1 starts", r"Explore step 1 started"),
+    ("last step trained", r"Trainer finished"),
+)
+EXCERPT = re.compile("|".join([
+    r"compat\.py", r"Loading weights took", r"init engine", r"Evaluation at step \d+ started",
+    r"Explore step (1|2|10|20) started", r"Training at step (1|2|10|20) (started|finished)",
+    r"Trainer finished", r"Explorer \(explorer\) finished", r"Error|Traceback",
+]))
+ROLES = {"trainer (FSDP actor + reference)": re.compile(r"\(WorkerDict pid=(\d+)\)"),
+         "vLLM engine worker": re.compile(r"\(Worker pid=(\d+)\)")}
+
+
+def clean(line: str) -> str:
+    return ANSI.sub("", line).rstrip()
+
+
+def log_excerpt(log: str) -> str:
+    """The launch report (up to its ``Launching:`` line) and the lines that mark each phase."""
+    lines = [clean(x) for x in log.splitlines()]
+    end = next((i + 1 for i, x in enumerate(lines) if x.startswith("Launching:")), 0)
+    head = [x for x in lines[:end] if "it/s" not in x and "s/it" not in x]
+    marks = [x for x in lines[end:] if EXCERPT.search(x) and STAMP.search(x)]
+    return "\n".join(head + marks) + "\n"
+
+
+def runtime_config(log: str) -> str:
+    """Trinity's whole ``Config`` as its launcher printed it once every default was filled."""
+    lines = [clean(x) for x in log.splitlines()]
+    start = next((i for i, x in enumerate(lines) if x.startswith("Config(mode=")), None)
+    if start is None:
+        return ""
+    end = next((i for i in range(start, len(lines)) if lines[i].endswith("stages=[])")),
+               len(lines) - 1)
+    return "\n".join(lines[start:end + 1]) + "\n"
+
+
+def stamp(line: str, year: int) -> float | None:
+    m = STAMP.search(line)
+    if not m:
+        return None
+    t = datetime.strptime(f"{year}-{m.group(1)}", "%Y-%m-%d %H:%M:%S")
+    return t.replace(tzinfo=UTC).timestamp()
+
+
+def startup(log: str, t0: float) -> dict[str, float]:
+    """Minutes from ``train`` to each milestone (log times are the machine's UTC clock)."""
+    year = datetime.fromtimestamp(t0, UTC).year
+    lines = [clean(x) for x in log.splitlines()]
+    out = {}
+    for name, pattern in MILESTONES:
+        hit = next((x for x in lines if re.search(pattern, x) and stamp(x, year)), None)
+        out[name] = round((stamp(hit, year) - t0) / 60, 2) if hit else float("nan")
+    return out
+
+
+def step_seconds(log: str, t0: float) -> pd.Series:
+    """Seconds from the start of each explore step to the next one's (the whole step)."""
+    year = datetime.fromtimestamp(t0, UTC).year
+    starts = {}
+    for line in map(clean, log.splitlines()):
+        m = re.search(r"Explore step (\d+) started", line)
+        if m and stamp(line, year):
+            starts.setdefault(int(m.group(1)), stamp(line, year))
+    steps = sorted(starts)
+    return pd.Series({f"step {a}": starts[b] - starts[a] for a, b in zip(steps, steps[1:], strict=False)})
+
+
+def gpu_memory(apps: pd.DataFrame, log: str, run: str) -> dict[str, float]:
+    """Peak GiB of each GPU process of ``run``, named by the role its pid has in the log."""
+    mine = apps[apps["run"] == run]
+    out = {}
+    for role, pattern in ROLES.items():
+        pids = {int(p) for p in pattern.findall(ANSI.sub("", log))}
+        used = mine[mine["pid"].isin(pids)]["mib"]
+        out[role] = round(used.max() / 1024, 1) if len(used) else float("nan")
+    out["run, all processes (sum at one time)"] = round(
+        mine.groupby("t")["mib"].sum().max() / 1024, 1)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("collected", type=Path, help="folder with <name>.tgz and gpu_apps.csv")
+    ap.add_argument("out", type=Path, help="results folder to write")
+    ap.add_argument("--runs", nargs="+", default=["random=random_seed42",
+                                                  "difficulty=difficulty_seed42"],
+                    metavar="NAME=FOLDER", help="collected run name -> folder under OUT")
+    ap.add_argument("--force", action="store_true", help="replace existing run folders")
+    ap.add_argument("--no-figures", action="store_true",
+                    help="no tidy table, figures or metrics (runs of one selector and seed)")
+    args = ap.parse_args()
+
+    apps = pd.read_csv(args.collected / "gpu_apps.csv", names=["t", "pid", "mib", "run"])
+    args.out.mkdir(parents=True, exist_ok=True)
+    folders, starts, memory, phases = [], {}, {}, {}
+    for spec in args.runs:
+        name, folder = spec.split("=", 1)
+        dest = args.out / folder
+        if dest.exists() and not args.force:
+            print(f"error: {dest} exists; --force replaces it", file=sys.stderr)
+            return 2
+        with tempfile.TemporaryDirectory() as tmp, \
+                tarfile.open(args.collected / f"{name}.tgz") as tar:
+            tar.extractall(tmp, filter="data")
+            src = Path(tmp) / name
+            shutil.rmtree(dest, ignore_errors=True)
+            dest.mkdir()
+            shutil.copytree(src / "monitor", dest / "monitor")
+            for f in ("params.json", "launched_config.yaml", "explorer_meta.json",
+                      "trainer_meta.json"):
+                shutil.copyfile(src / f, dest / f)
+            log = (src / "train.log").read_text(errors="replace")
+            t0, t1 = map(float, (src / "start_end_epoch.txt").read_text().split())
+        (dest / "train_log_excerpt.txt").write_text(log_excerpt(log))
+        (dest / "trinity_config_runtime.txt").write_text(runtime_config(log))
+        starts[folder] = {**startup(log, t0), "train command ends": round((t1 - t0) / 60, 2)}
+        memory[folder] = gpu_memory(apps, log, name)
+        phases[folder] = results.phase_times(dest)
+        phases[folder].loc["whole step (log: one explore start to the next)"] = \
+            step_seconds(log, t0)
+        folders.append(dest)
+
+    if not args.no_figures:
+        table = results.load_runs(folders, progress=False)
+        seeds = ", ".join(str(x) for x in sorted(table["seed"].unique()))
+        with tempfile.TemporaryDirectory(dir=args.out) as tmp:
+            drawn = results.draw(table, Path(tmp) / "d", eval_name=results.eval_label(table),
+                                 smooth=3, title=f"Trinity-RFT on one H200, seed(s) {seeds}")
+            for name, file in drawn["files"].items():
+                target = "trinity_h200.csv" if name == "results" else file.name
+                shutil.move(str(file), args.out / target)
+    pd.DataFrame(starts).rename_axis("minutes from `train` to").to_csv(args.out / "startup.csv")
+    pd.DataFrame(memory).rename_axis("peak GPU memory, GiB").to_csv(args.out / "gpu_memory.csv")
+    steps = {run: t.drop(columns=["step 0"], errors="ignore") for run, t in phases.items()}
+    split = pd.DataFrame({run: t.median(axis=1) for run, t in steps.items()}).round(2)
+    split.rename_axis("median seconds over steps 1+").to_csv(args.out / "phase_times.csv")
+    print(split.to_string())
+    print(pd.DataFrame(starts).to_string())
+    print(pd.DataFrame(memory).to_string())
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
