@@ -56,6 +56,7 @@ import numpy as np
 from mathagent import paths
 from mathagent.judge import extract_answer, score, truth_from_answer
 from mathagent.metrics import effective_task_ratio
+from mathagent.trinity_tags import run_tags, with_current_names
 
 # --------------------------------------------------------------------------------------
 # The bundled model
@@ -594,38 +595,9 @@ def _validate(cfg: TrainConfig, where: str) -> None:
 # Logging: Trinity's metric names, TensorBoard and the tidy table
 # --------------------------------------------------------------------------------------
 
-# Column of the tidy table -> the tag Trinity-RFT 0.6.0 (with verl) logs for the same
-# quantity, so TensorBoard shows a local run next to a Trinity run:
-# * rollout metrics are the judge's metrics averaged over the batch's runs
-#   (``trinity.utils.metrics.aggregate_metrics``, prefix ``rollout``);
-# * eval metrics are ``eval/<taskset name>/<metric>/mean@<repeats>`` (task-level mean@k,
-#   then the mean over tasks: ``calculate_task_level_metrics`` + ``aggregate_eval_metrics``);
-# * ``selection/valid_ratio`` is the ``pass_rate_calculator``'s share of tasks with
-#   0 < pass rate < 1, the effective task ratio;
-# * ``critic/*``, ``actor/*``, ``response_length/*`` come from verl's trainer metrics and
-#   Trinity's PPO policy loss (``pg_loss``, ``pg_clipfrac``) and KL loss (``kl_loss``).
-TRINITY_TAGS = {
-    "rollout_accuracy": "rollout/accuracy/mean",
-    "effective_task_ratio": "selection/valid_ratio",
-    "eval_accuracy": "eval/{taskset}/accuracy/mean@{k}",
-    "rollout_reward": "critic/rewards/mean",
-    "loss": "actor/pg_loss",
-    "kl": "actor/kl_loss",
-    "clipfrac": "actor/pg_clipfrac",
-    "grad_norm": "actor/grad_norm",
-    "entropy": "actor/entropy",
-    "response_length": "response_length/mean",
-    "truncated_ratio": "response_length/clip_ratio",
-    "time_generate_s": "timing_s/generate",
-    "time_score_s": "timing_s/judge",
-    "time_update_s": "timing_s/update_actor",
-    "time_eval_s": "timing_s/eval",
-    "time_step_s": "timing_s/step",
-}
-
 TIDY_COLUMNS = [
     "selector", "seed", "step", "rollout_accuracy", "eval_accuracy", "effective_task_ratio",
-    "rollout_reward", "loss", "kl", "clipfrac", "grad_norm", "entropy", "response_length",
+    "trainer_reward", "pg_loss", "kl_loss", "pg_clipfrac", "grad_norm", "entropy", "response_length",
     "truncated_ratio", "trained_sequences", "skipped_updates", "time_select_s", "time_generate_s",
     "time_score_s", "time_update_s", "time_eval_s", "time_step_s", "gpu_mem_peak_gb",
 ]
@@ -653,13 +625,12 @@ class RunLogger:
         self.run_dir = run_dir
         self.csv = run_dir / "metrics.csv"
         self.trinity_csv = run_dir / "trinity_metrics.csv"
-        self.tags = {k: v.format(taskset=eval_taskset, k=eval_repeats)
-                     for k, v in TRINITY_TAGS.items()}
+        self.tags = run_tags(TIDY_COLUMNS, eval_taskset, eval_repeats)
         self.rows: list[dict] = []
         if start_step is not None and self.csv.exists():
             try:
                 # round_trip: the rows kept are written again, digit for digit
-                old = pd.read_csv(self.csv, float_precision="round_trip")
+                old = with_current_names(pd.read_csv(self.csv, float_precision="round_trip"))
                 self.rows = old[old["step"] <= start_step].to_dict("records")
             except (ValueError, KeyError) as exc:
                 raise ValueError(f"{self.csv}: cannot read the metrics table to resume "
@@ -1015,8 +986,7 @@ class GRPOTrainer:
             "eval_tasks": len(self.eval_set),
             "eval_taskset": self.eval_name,
             "judge": f"mathagent.judge.score(lenient={self.cfg.rollout.lenient})",
-            "trinity_tags": {k: v.format(taskset=self.eval_name, k=self.cfg.eval.repeat_times)
-                             for k, v in TRINITY_TAGS.items()},
+            "trinity_tags": run_tags(TIDY_COLUMNS, self.eval_name, self.cfg.eval.repeat_times),
             "config": cfg,
         }
         atomic_write_text(self.run_dir / "params.json", json.dumps(params, indent=2))
@@ -1072,7 +1042,7 @@ class GRPOTrainer:
             "eval_accuracy": eval_acc,
             # share of tasks whose n rewards are not all equal: they carry the signal
             "effective_task_ratio": effective_task_ratio(pass_rates),
-            "rollout_reward": float(rewards.mean()),
+            "trainer_reward": float(rewards.mean()),
             **stats,
             "response_length": float(lengths.mean()),
             "truncated_ratio": float(np.mean([not c.finished for c in comps])),
@@ -1105,7 +1075,7 @@ class GRPOTrainer:
         model = self.policy.model
         total_tokens = float(sum(len(c.ids) for c in comps))
         keep = [i for i in range(len(comps)) if adv[i] != 0 or cfg.kl_coef > 0]
-        stats = {"loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "grad_norm": 0.0,
+        stats = {"pg_loss": 0.0, "kl_loss": 0.0, "pg_clipfrac": 0.0, "grad_norm": 0.0,
                  "entropy": float("nan"), "trained_sequences": len(keep),
                  "skipped_updates": 0}
         if not keep or total_tokens == 0:
@@ -1150,8 +1120,8 @@ class GRPOTrainer:
             else:  # as verl does: a non-finite gradient is dropped, not applied
                 self.optimizer.zero_grad(set_to_none=True)
                 stats["skipped_updates"] += 1
-        stats.update(loss=loss_sum, kl=kl_sum / max(tok_sum, 1.0),
-                     clipfrac=clip_sum / max(tok_sum, 1.0), grad_norm=float(norm),
+        stats.update(pg_loss=loss_sum, kl_loss=kl_sum / max(tok_sum, 1.0),
+                     pg_clipfrac=clip_sum / max(tok_sum, 1.0), grad_norm=float(norm),
                      entropy=ent_sum / max(ent_tok, 1.0))
         return stats
 

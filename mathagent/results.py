@@ -6,7 +6,7 @@ without an evaluation) and ``effective_task_ratio``, plus a ``run`` column namin
 
 * **Trinity-RFT runs** (``python -m mathagent train``): TensorBoard event files under
   ``<checkpoint_job_dir>/monitor/tensorboard/{explorer,trainer}/``. Trinity 0.6.0 names the
-  scalars as mapped in :data:`TRINITY_TAGS` and :data:`EVAL_TAG` (read from its explorer:
+  scalars as mapped in :mod:`mathagent.trinity_tags` (read from its explorer:
   ``rollout_coordinator`` aggregates each task's metrics with prefix ``rollout``; eval batches
   get ``eval/<taskset name>`` and task-level ``<metric>/mean@<repeats>``; the experience
   pipeline prefixes operator metrics with ``experience_pipeline/``).
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -38,37 +37,8 @@ import numpy as np
 import pandas as pd
 
 from mathagent import paths
+from mathagent.trinity_tags import EVAL_TAG, PHASE_TAGS, TAGS, with_current_names
 
-#: Tidy column -> Trinity-RFT 0.6.0 scalar tag (explorer unless noted).
-TRINITY_TAGS: dict[str, str] = {
-    # mean over the step's tasks of each task's mean accuracy over its rollouts
-    "rollout_accuracy": "rollout/accuracy/mean",
-    # pass_rate_calculator: share of the step's tasks with 0 < pass rate < 1
-    "effective_task_ratio": "experience_pipeline/selection/valid_ratio",
-    "rollout_format_score": "rollout/format_score/mean",
-    "rollout_reward": "rollout/reward/mean",
-    "finished_task_count": "rollout/finished_task_count",
-    "trainer_reward": "critic/rewards/mean",  # trainer: mean sequence reward of the batch
-    "response_length": "response_length/mean",  # trainer
-    "pg_loss": "actor/pg_loss",  # trainer
-}
-#: Other names of the same quantities: the tutorial-scale trainer's extra tags.
-ALIASES: dict[str, tuple[str, ...]] = {
-    "effective_task_ratio": ("local/effective_task_ratio",),
-}
-#: Eval accuracy: ``eval/<taskset>/accuracy/mean@<k>`` (``/mean`` appended when the monitor's
-#: ``detailed_stats`` is on; no ``@k`` in the tutorial-scale trainer's tags).
-EVAL_TAG = re.compile(r"^eval/(?P<taskset>.+)/accuracy/mean(?:@(?P<k>\d+))?(?P<detail>/mean)?$")
-#: Seconds a Trinity-RFT 0.6.0 step spent in each phase: the step-0/eval evaluation, the
-#: rollout phase (the explorer's whole step), one agent run on average, the trainer's step
-#: (reference log-probs and actor update) and the trainer's side of the weight sync.
-PHASE_TAGS: dict[str, str] = {
-    "evaluation": "time/eval",
-    "rollout phase": "explore/time/sync_interval",
-    "one agent run (mean)": "rollout/time/run_execution/mean",
-    "training step": "time/train_step",
-    "weight sync": "time/sync_weight",
-}
 TIDY_KEYS = ("selector", "seed", "step")
 TIDY_METRICS = ("rollout_accuracy", "eval_accuracy", "effective_task_ratio")
 TIDY_CSV_NAMES = ("results.csv", "metrics.csv", "steps.csv")
@@ -164,17 +134,12 @@ def scalars_to_table(scalars: pd.DataFrame, selector: str, seed: int,
     if eval_taskset is not None and eval_taskset not in evals:
         raise RunError(f"{source}: no eval accuracy for taskset {eval_taskset!r}; "
                        f"eval tasksets logged: {sorted(evals) or 'none'}")
-    columns: dict[str, str] = {}
-    for column, tag in TRINITY_TAGS.items():
-        for candidate in (tag, *ALIASES.get(column, ())):
-            if candidate in tags:
-                columns[column] = candidate
-                break
+    columns = {column: tag for column, tag in TAGS.items() if tag in tags}
     chosen = eval_taskset or (next(iter(evals)) if evals else None)
     if chosen is not None:
         columns["eval_accuracy"] = evals[chosen]
     if "rollout_accuracy" not in columns:
-        raise RunError(f"{source}: no {TRINITY_TAGS['rollout_accuracy']!r} scalar among "
+        raise RunError(f"{source}: no {TAGS['rollout_accuracy']!r} scalar among "
                        f"{len(tags)} tags; is this a Trinity-RFT explorer log?")
     wide = (scalars[scalars["tag"].isin(columns.values())]
             .pivot_table(index="step", columns="tag", values="value", aggfunc="last"))
@@ -298,6 +263,7 @@ def read_run(path: str | Path, selector: str | None = None, seed: int | None = N
             table = scalars_to_table(scalars, selector_label(str(sel)), int(sd), eval_taskset,
                                      source=str(path))
             source = path
+    table = with_current_names(table)  # tables of earlier versions
     missing = [c for c in (*TIDY_KEYS, "rollout_accuracy", "eval_accuracy") if c not in table]
     if missing:
         raise RunError(f"{source}: missing column(s) {missing}")

@@ -240,7 +240,7 @@ def test_update_moves_the_policy_only_on_mixed_groups(policy, tmp_path):
     adv = grpo.group_advantages(np.array([[1.0, 0.0, 1.0, 0.0]])).reshape(-1)
     stats = trainer._update(prompts, comps, adv)
     assert stats["trained_sequences"] == 4 and stats["skipped_updates"] == 0
-    assert math.isfinite(stats["loss"]) and 0 < stats["grad_norm"] < math.inf
+    assert math.isfinite(stats["pg_loss"]) and 0 < stats["grad_norm"] < math.inf
     assert not torch.equal(weight, before)
 
 
@@ -268,7 +268,7 @@ def test_cpu_smoke_trains_feeds_back_logs_and_resumes(policy, tmp_path):
     for res, (idx, vals) in zip(results, calls, strict=True):
         assert res.rewards.shape == (B, n) and idx == res.indices
         np.testing.assert_allclose(vals, res.rewards.mean(axis=1))
-        assert math.isfinite(res.row["loss"]) and math.isfinite(res.row["grad_norm"])
+        assert math.isfinite(res.row["pg_loss"]) and math.isfinite(res.row["grad_norm"])
         assert res.row["trained_sequences"] == int((res.advantages != 0).sum())
     alpha = trainer.selector.posterior()[0]
     assert not np.allclose(alpha, prior)  # the Beta posterior took the feedback in
@@ -280,13 +280,22 @@ def test_cpu_smoke_trains_feeds_back_logs_and_resumes(policy, tmp_path):
     assert table["rollout_accuracy"].between(0, 1).all()
     assert table["eval_accuracy"].isna().tolist() == [True, False]  # eval every 2 steps
     trinity = pd.read_csv(run / "trinity_metrics.csv")
-    assert {"rollout/accuracy/mean", "selection/valid_ratio", "actor/pg_loss",
-            "eval/arithmetic-test/accuracy/mean@1"} <= set(trinity.columns)
+    assert {"rollout/accuracy/mean", "experience_pipeline/selection/valid_ratio",
+            "actor/pg_loss", "eval/arithmetic-test/accuracy/mean@1"} <= set(trinity.columns)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
     assert "rollout/accuracy/mean" in events.Tags()["scalars"]
+    # the reader turns the run's event files back into its own table: one map of names
+    from mathagent import results
+
+    read = results.scalars_to_table(results.read_scalars(run / "tensorboard"),
+                                    "difficulty_based", 0, source=str(run))
+    for column in ("rollout_accuracy", "effective_task_ratio", "eval_accuracy",
+                   "pg_loss", "trainer_reward"):
+        np.testing.assert_allclose(read.set_index("step")[column].reindex(table["step"]),
+                                   table[column], rtol=1e-6, err_msg=column)
     params = json.loads((run / "params.json").read_text())
     assert params["selector"] == "difficulty_based" and (run / "config.yaml").exists()
     saved = torch.load(run / "checkpoint" / "state.pt", weights_only=False)

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mathagent import cli, results
+from mathagent import cli, paths, results, trinity_tags
 
 EVAL_NAME = "eval-aime24"
 
@@ -111,8 +111,8 @@ def test_tag_names_match_trinity_code():
     from trinity.buffer.pipelines import experience_pipeline
 
     metrics, _ = trinity_step_metrics(np.random.default_rng(0), 0.5)
-    assert results.TRINITY_TAGS["rollout_accuracy"] in metrics
-    assert results.TRINITY_TAGS["effective_task_ratio"] in metrics
+    assert trinity_tags.TAGS["rollout_accuracy"] in metrics
+    assert trinity_tags.TAGS["effective_task_ratio"] in metrics
     assert 'f"experience_pipeline/{key}"' in inspect.getsource(experience_pipeline)
     ev = trinity_eval_metrics([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
     assert results.eval_tags(ev) == {EVAL_NAME: f"eval/{EVAL_NAME}/accuracy/mean@3"}
@@ -350,3 +350,19 @@ def test_plot_failing_midway_leaves_the_old_out(tmp_path, capsys, monkeypatch):
     assert "No space left on device" in line and "left as it was" in line
     assert _snapshot(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plots", "run"]
+
+
+def test_tidy_tables_of_earlier_versions_read_with_todays_column_names(tmp_path):
+    """The committed tutorial-scale table predates the one name map: its `loss`, `kl`,
+    `clipfrac` and `rollout_reward` columns read as `pg_loss`, `kl_loss`, ..."""
+    committed = pd.read_csv(paths.RESULTS_DIR / "grpo_h200" / "grpo_h200.csv")
+    assert {"loss", "rollout_reward"} <= set(committed.columns)
+    table = results.load_runs([paths.RESULTS_DIR / "grpo_h200"], progress=False)
+    for old, new in trinity_tags.FORMER_COLUMNS.items():
+        assert old not in table and new in table
+        np.testing.assert_array_equal(table[new].to_numpy(), committed[old].to_numpy())
+    # a table that has both names keeps both as they are
+    both = committed.head(3).assign(pg_loss=1.0)
+    both.to_csv(tmp_path / "results.csv", index=False)
+    read = results.read_run(tmp_path)
+    assert list(read["pg_loss"]) == [1.0] * 3 and "loss" in read
