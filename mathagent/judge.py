@@ -31,9 +31,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-# ``\boxed{`` or ``\fbox{`` (brace form) and ``\boxed 42`` (space form, rare in the wild).
-_BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_BOX_SPACE = re.compile(r"\\boxed +([^\s$]+)")
+from mathagent.answers import last_box
+
 # ``#### 42``: the rest of the line after the last marker.
 _HASH_ANSWER = re.compile(r"####[ \t]*([^\n]*)")
 # A number: optional sign, digits with optional thousands separators, optional decimals,
@@ -71,26 +70,6 @@ def response_text(response: Any) -> str:
                     "expected an agentscope Msg or a str")
 
 
-def _last_box(text: str) -> str | None:
-    """Content of the last *complete* ``\\boxed{...}``/``\\fbox{...}`` (braces matched).
-
-    A box whose braces never close (a reply cut off by ``max_tokens``) is skipped, so the
-    previous complete box, if any, counts. ``\\boxed 42`` counts when no brace box exists.
-    """
-    for match in reversed(list(_BOX_OPEN.finditer(text))):
-        depth, start = 1, match.end()
-        for i in range(start, len(text)):
-            ch = text[i]
-            if ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start:i]
-    spaced = _BOX_SPACE.findall(text)
-    return spaced[-1] if spaced else None
-
-
 def _hash_answer(text: str) -> str | None:
     """The text after the last ``####`` marker that is followed by something."""
     found = [a.strip() for a in _HASH_ANSWER.findall(text) if a.strip()]
@@ -113,7 +92,7 @@ def extract_answer(text: str, lenient: bool = False) -> str | None:
     """
     if not isinstance(text, str):
         raise TypeError(f"extract_answer expects a str, got {type(text).__name__}")
-    boxed = _last_box(text)
+    boxed = last_box(text)
     if boxed is not None:
         return boxed
     hashed = _hash_answer(text)

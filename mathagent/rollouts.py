@@ -62,7 +62,6 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,6 +73,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mathagent import paths
+from mathagent.run_sync import run_sync
 from mathagent.serving import ModelSettings
 
 # Keys of one rollout record, the backend contract.
@@ -108,20 +108,6 @@ def rollout_seed(seed: int, row: int, rollout: int) -> int:
 def chunk_seed(seed: int, rows: Sequence[int]) -> int:
     """Seed handed to backends that seed per batch (``seeds_per_task`` false)."""
     return rollout_seed(seed, int(rows[0]) if len(rows) else 0, 1 << 20)
-
-
-def _run_sync(coro):
-    """Run a coroutine to completion from sync code, also inside a running event loop.
-
-    Jupyter kernels already run a loop in the main thread, so there the coroutine runs on a
-    fresh loop in a worker thread.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 def _error_text(exc: BaseException) -> str:
@@ -328,7 +314,7 @@ def run_tasks(tasks: Any, settings: ModelSettings, *, n: int = 1, seed: int = 0,
             if record["error"]:
                 bar.set_postfix_str("last error: " + record["error"][:40])
 
-        results = _run_sync(arun_rollouts(dicts, settings, n=n, seed=seed, options=options,
+        results = run_sync(arun_rollouts(dicts, settings, n=n, seed=seed, options=options,
                                           lenient=lenient, concurrency=concurrency,
                                           timeout=timeout, keep_response=keep_response,
                                           on_rollout=tick))
@@ -433,7 +419,7 @@ class EndpointBackend:
                 "concurrency": self.concurrency, "timeout": self.timeout}
 
     def run_batch(self, tasks: list[dict], n: int, seed: int) -> list[list[dict]]:
-        return _run_sync(arun_rollouts(tasks, self.model_settings, n=n, seed=seed,
+        return run_sync(arun_rollouts(tasks, self.model_settings, n=n, seed=seed,
                                        options=self.options, lenient=self.lenient,
                                        concurrency=self.concurrency, timeout=self.timeout,
                                        keep_response=self.keep_response,

@@ -58,6 +58,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mathagent import __version__, paths
+from mathagent.answers import last_box
+from mathagent.run_sync import run_sync
 
 # --------------------------------------------------------------------------------------
 # Schema
@@ -503,8 +505,6 @@ def read_with_trinity(path: str | Path, split: str = "train", name: str = "tasks
     Trinity's plain ``math_workflow``, which imports anywhere and does not change how rows
     are read. Trinity's reader turns off the ``datasets`` cache for the whole process.
     """
-    import asyncio
-
     from trinity.buffer import get_buffer_reader
     from trinity.common.config import TasksetConfig
 
@@ -520,15 +520,7 @@ def read_with_trinity(path: str | Path, split: str = "train", name: str = "tasks
             except StopAsyncIteration:
                 return out
 
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # plain Python: no loop running
-        return asyncio.run(drain())
-    # Inside Jupyter a loop is already running; drain on a worker thread's own loop.
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, drain()).result()
+    return run_sync(drain())
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -1262,19 +1254,6 @@ def _pick_column(columns: Sequence[str], given: str | None, candidates: Sequence
     return None
 
 
-def boxed_content(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` in ``text`` (brace-matched), or None."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    i, depth = start + len("\\boxed{"), 1
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i:j]
-    return None
-
-
 def normalize_answer(value: Any) -> str | None:
     """An answer cell as the truth string of ``"#### <truth>"``, or None when empty.
 
@@ -1289,7 +1268,7 @@ def normalize_answer(value: Any) -> str | None:
     if isinstance(value, (float, np.floating)):
         return str(int(value)) if float(value).is_integer() else repr(float(value))
     text = str(value).strip()
-    boxed = boxed_content(text)
+    boxed = last_box(text)
     if boxed is not None:
         text = boxed.strip()
     if text.startswith("####"):
