@@ -37,10 +37,9 @@ import numpy as np
 import pandas as pd
 
 from mathagent import paths
+from mathagent.metrics import KEYS, METRICS
 from mathagent.trinity_tags import EVAL_TAG, PHASE_TAGS, TAGS, with_current_names
 
-TIDY_KEYS = ("selector", "seed", "step")
-TIDY_METRICS = ("rollout_accuracy", "eval_accuracy", "effective_task_ratio")
 TIDY_CSV_NAMES = ("results.csv", "metrics.csv", "steps.csv")
 TRINITY_DEFAULT_SEED = 42
 EVENT_GLOB = "events.out.tfevents.*"
@@ -144,7 +143,7 @@ def scalars_to_table(scalars: pd.DataFrame, selector: str, seed: int,
     wide = (scalars[scalars["tag"].isin(columns.values())]
             .pivot_table(index="step", columns="tag", values="value", aggfunc="last"))
     wide = wide.rename(columns={tag: col for col, tag in columns.items()}).reset_index()
-    for col in TIDY_METRICS:
+    for col in METRICS:
         if col not in wide:
             wide[col] = np.nan
     wide.insert(0, "seed", seed)
@@ -152,7 +151,7 @@ def scalars_to_table(scalars: pd.DataFrame, selector: str, seed: int,
     wide.columns.name = None
     if chosen is not None:
         wide["eval_taskset"] = chosen
-    ordered = [*TIDY_KEYS, *TIDY_METRICS]
+    ordered = [*KEYS, *METRICS]
     rest = [c for c in wide.columns if c not in ordered]
     return wide[ordered + rest].sort_values("step").reset_index(drop=True)
 
@@ -184,7 +183,7 @@ def _is_tidy_csv(file: Path) -> bool:
         head = pd.read_csv(file, nrows=0)
     except Exception:
         return False
-    return {*TIDY_KEYS, "rollout_accuracy", "eval_accuracy"} <= set(head.columns)
+    return {*KEYS, "rollout_accuracy", "eval_accuracy"} <= set(head.columns)
 
 
 def _tidy_csv(folder: Path) -> Path | None:
@@ -227,7 +226,7 @@ def find_runs(path: str | Path) -> list[Path]:
         if not any(r == root or r in root.parents for r in roots):
             roots.append(root)
     if not roots:
-        raise RunError(f"{path}: no tidy results CSV (with columns {', '.join(TIDY_KEYS)}, "
+        raise RunError(f"{path}: no tidy results CSV (with columns {', '.join(KEYS)}, "
                        "rollout_accuracy, eval_accuracy) and no TensorBoard event files")
     return sorted(set(roots))
 
@@ -264,7 +263,7 @@ def read_run(path: str | Path, selector: str | None = None, seed: int | None = N
                                      source=str(path))
             source = path
     table = with_current_names(table)  # tables of earlier versions
-    missing = [c for c in (*TIDY_KEYS, "rollout_accuracy", "eval_accuracy") if c not in table]
+    missing = [c for c in (*KEYS, "rollout_accuracy", "eval_accuracy") if c not in table]
     if missing:
         raise RunError(f"{source}: missing column(s) {missing}")
     if selector is not None:
@@ -294,9 +293,9 @@ def load_runs(paths_: Sequence[str | Path], eval_taskset: str | None = None,
     if not tables:
         raise RunError("no runs given")
     table = pd.concat(tables, ignore_index=True)
-    dup = table.duplicated(list(TIDY_KEYS), keep=False)
+    dup = table.duplicated(list(KEYS), keep=False)
     if dup.any():
-        clash = table[dup].groupby(list(TIDY_KEYS[:2]))["run"].unique().iloc[0]
+        clash = table[dup].groupby(list(KEYS[:2]))["run"].unique().iloc[0]
         raise RunError(f"runs {sorted(map(str, clash))} report the same selector and seed; "
                        "set different seeds in their params.json")
     return table

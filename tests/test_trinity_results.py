@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mathagent import paths, results
+from mathagent import metrics, paths, results
 
 TRINITY = paths.RESULTS_DIR / "trinity_h200"
 RUNS = {"random": TRINITY / "random_seed42", "difficulty_based": TRINITY / "difficulty_seed42"}
@@ -47,10 +47,10 @@ def test_committed_runs_have_the_steps_evals_and_signal_asked_for(table):
 
 def test_committed_tidy_table_is_what_the_event_files_say(table):
     committed = pd.read_csv(TRINITY / "trinity_h200.csv")
-    key = list(results.TIDY_KEYS)
+    key = list(metrics.KEYS)
     a = committed.sort_values(key).reset_index(drop=True)
     b = table.sort_values(key).reset_index(drop=True)
-    for column in ("step", *results.TIDY_METRICS):
+    for column in ("step", *metrics.METRICS):
         np.testing.assert_allclose(a[column], b[column], rtol=1e-6, err_msg=column)
     # the folder as a whole reads as its tidy table
     assert results.find_runs(TRINITY) == [TRINITY]
