@@ -844,10 +844,6 @@ def last_logged_step(csv: Path) -> int:
 # --------------------------------------------------------------------------------------
 
 
-# Selectors that read the taskset's pass-rate feature columns.
-FEATURE_SELECTORS = ("difficulty_based", "bots", "offline_easy2hard")
-
-
 def _resolve(path: str) -> Path:
     p = Path(path)
     return p if p.is_absolute() else paths.REPO_ROOT / p
@@ -941,11 +937,12 @@ class GRPOTrainer:
         return f"{Path(self.cfg.taskset.path).name}-{self.cfg.taskset.eval_split}"
 
     def _load_tasksets(self):
+        from mathagent.selectors import reads_features
         from mathagent.tasks import load_taskset
 
         ts = self.cfg.taskset
         root = _resolve(ts.path)
-        keys = tuple(ts.feature_keys) if self.cfg.selector.name in FEATURE_SELECTORS else ()
+        keys = tuple(ts.feature_keys) if reads_features(self.cfg.selector.name) else ()
         train = load_taskset(root, split=ts.split, feature_keys=keys)
         test = load_taskset(root, split=ts.eval_split)
         if ts.max_tasks is not None:
@@ -958,15 +955,15 @@ class GRPOTrainer:
         return train, test
 
     def _make_selector(self):
-        from mathagent.selectors import make_selector
+        from mathagent.selectors import make_selector, reads_features, uses_feedback
 
         sel = self.cfg.selector
         n = self.cfg.rollout.repeat_times
         kwargs = dict(sel.params.get(sel.name, {}) or {})
-        if sel.name in ("difficulty_based", "bots"):
+        if uses_feedback(sel.name):
             # m is the pseudo-count of one feedback value: the group size
             kwargs.setdefault("m", n)
-        keys = list(self.cfg.taskset.feature_keys) if sel.name in FEATURE_SELECTORS else None
+        keys = list(self.cfg.taskset.feature_keys) if reads_features(sel.name) else None
         return make_selector(sel.name, self.train_set, feature_keys=keys,
                              seed=self.cfg.trainer.seed, repeat_times=n, **kwargs)
 

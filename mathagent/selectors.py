@@ -127,6 +127,24 @@ FEATURE_COUNT: dict[str, tuple[int, int] | None] = {
     "difficulty_based": (2, 2),
     "bots": (1, 2),
 }
+# Selectors whose choices depend on the pass rates fed back after each step.
+FEEDBACK_SELECTORS = ("difficulty_based", "bots")
+
+
+def canonical_name(name: str) -> str:
+    """A selector's short name: ``bots`` for :class:`BOTSSelector`'s dotted path (or any path
+    ending in ``BOTSSelector``), the name itself otherwise."""
+    return "bots" if name == "bots" or name.rsplit(".", 1)[-1] == "BOTSSelector" else name
+
+
+def reads_features(name: str) -> bool:
+    """Whether the selector ``name`` reads feature (pass-rate) columns of the taskset."""
+    return FEATURE_COUNT.get(canonical_name(name)) is not None
+
+
+def uses_feedback(name: str) -> bool:
+    """Whether the selector ``name`` chooses by the pass rates fed back after each step."""
+    return canonical_name(name) in FEEDBACK_SELECTORS
 
 
 class SelectorConfigError(ValueError):
@@ -284,7 +302,7 @@ def check_selector_settings(name: str, dataset: datasets.Dataset | None = None,
     Raises:
         SelectorConfigError: with a message naming the setting at fault.
     """
-    canonical = "bots" if name in ("bots", BOTS_PATH) else name
+    canonical = canonical_name(name)
     if canonical not in SELECTOR_KWARGS:
         raise SelectorConfigError(
             f"unknown selector {name!r}; choose one of {list(SELECTOR_NAMES)}")

@@ -281,7 +281,9 @@ class SelectorSpec:
     note: str = ""
 
     def needs_features(self) -> bool:
-        return self.name in ("offline_easy2hard", "difficulty_based", "bots")
+        from mathagent.selectors import reads_features
+
+        return reads_features(self.name)
 
 
 # The reference experiment's difficulty_based settings (its m equals the group size).

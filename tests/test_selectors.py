@@ -510,3 +510,16 @@ def test_posterior_table_shows_posteriors_features_and_next_scores():
     assert small["task"].tolist() == [3, 1]
     with pytest.raises(ValueError, match="no posterior"):
         S.make_selector("shuffle", taskset(25)).posterior_table()
+
+
+def test_one_capability_table_names_what_each_selector_reads():
+    from mathagent import selectors
+
+    assert [n for n in selectors.SELECTOR_NAMES if selectors.reads_features(n)] == [
+        "offline_easy2hard", "difficulty_based", "bots"]
+    assert [n for n in selectors.SELECTOR_NAMES if selectors.uses_feedback(n)] == [
+        "difficulty_based", "bots"]
+    for path in (selectors.BOTS_PATH, "my.package.BOTSSelector"):
+        assert selectors.canonical_name(path) == "bots"
+        assert selectors.reads_features(path) and selectors.uses_feedback(path)
+    assert selectors.canonical_name("random") == "random"
