@@ -97,7 +97,6 @@ ATTN_KEY = "trainer.trainer_config.model.override_config.attn_implementation"
 REMOVE_PADDING_KEY = "trainer.use_remove_padding"
 
 #: Selectors whose choices depend on feedback and which therefore need a feedback operator.
-FEEDBACK_SELECTORS = ("difficulty_based", "bots", "BOTSSelector")
 #: Trinity's DifficultyBasedSelector falls back to this ``m`` when kwargs has none.
 TRINITY_DEFAULT_M = 16
 
@@ -1035,11 +1034,12 @@ def _selector_config(taskset: Any) -> Any:
 
 def _is_feedback_selector(name: str, cls: Any) -> bool:
     """Selectors whose choices depend on the pass rates fed back after each step."""
-    if name in FEEDBACK_SELECTORS or name.rsplit(".", 1)[-1] in FEEDBACK_SELECTORS:
-        return True
     from trinity.buffer.selector.selector import DifficultyBasedSelector
 
-    from mathagent.selectors import BOTSSelector
+    from mathagent.selectors import BOTSSelector, uses_feedback
+
+    if uses_feedback(name):
+        return True
 
     return isinstance(cls, type) and issubclass(cls, DifficultyBasedSelector | BOTSSelector)
 
@@ -1870,11 +1870,16 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 def worker_runtime_env(checked_config: Any) -> dict[str, Any]:
-    """The Ray ``runtime_env`` of the run: Trinity's own env vars, this package importable in
-    every worker, and :mod:`mathagent.compat`'s fixes applied in every worker process."""
+    """The Ray ``runtime_env`` of the run: Trinity's own env vars, this process's ``NCCL_*``,
+    ``TORCH_SYMM_MEM_*`` and ``NVSHMEM_*`` variables (NVLink multicast settings reach every
+    worker), this package importable in every worker, and :mod:`mathagent.compat`'s fixes
+    applied in every worker process."""
     from mathagent.compat import WORKER_SETUP_HOOK
 
     env = dict(checked_config.get_envs())
+    for name, value in os.environ.items():
+        if name.startswith(("NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_")):
+            env.setdefault(name, value)
     pythonpath = [str(paths.REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(
         os.pathsep) if p and p != str(paths.REPO_ROOT)]
     env["PYTHONPATH"] = os.pathsep.join(pythonpath)

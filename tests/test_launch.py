@@ -94,7 +94,8 @@ ALL_CONFIGS = sorted(p.name for p in CONFIGS.glob("config_*.yaml"))  # Trinity c
 PAIRS = [("config_random.yaml", "config_difficulty.yaml"),
          ("config_random_1gpu.yaml", "config_difficulty_1gpu.yaml"),
          ("config_random_arithmetic.yaml", "config_difficulty_arithmetic.yaml"),
-         ("config_random_arithmetic.yaml", "config_bots_arithmetic.yaml")]
+         ("config_random_arithmetic.yaml", "config_bots_arithmetic.yaml"),
+         ("config_random_x8_arithmetic.yaml", "config_difficulty_x8_arithmetic.yaml")]
 
 
 def test_the_expected_configs_exist():

@@ -609,6 +609,23 @@ def test_worker_runtime_env_names_the_cluster_and_the_package(tmp_path):
     assert set(config.get_envs()) <= set(env["env_vars"])  # Trinity's own variables stay
 
 
+def test_worker_runtime_env_passes_nvlink_multicast_settings_on(tmp_path, monkeypatch):
+    """Workers the head did not start from the launch shell still get NVLS / multicast off."""
+    multicast_off = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                     "NVSHMEM_DISABLE_NVLS": "1"}
+    for name, value in multicast_off.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MATHAGENT_UNRELATED_SETTING", "1")
+    plan = launch.load_plan(FULL, work_dir=tmp_path)
+    config = copy.deepcopy(plan.config)
+    config.cluster.ray_address = "10.0.0.1:6379"
+    env_vars = launch.worker_runtime_env(config)["env_vars"]
+    assert {k: env_vars.get(k) for k in multicast_off} == multicast_off
+    assert "MATHAGENT_UNRELATED_SETTING" not in env_vars
+    assert env_vars["RAY_ADDRESS"] == "10.0.0.1:6379"
+    assert set(config.get_envs()) <= set(env_vars)
+
+
 def test_colocate_with_low_memory_share_is_refused(arith_dry_run):
     """Trinity 0.6.0 marks the colocated engine (cuda_visible_devices) only while capping a
     gpu_memory_utilization above 0.25; without the mark the #602 fix cannot apply."""

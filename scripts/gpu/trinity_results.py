@@ -122,6 +122,8 @@ def main() -> int:
                                                   "difficulty=difficulty_seed42"],
                     metavar="NAME=FOLDER", help="collected run name -> folder under OUT")
     ap.add_argument("--force", action="store_true", help="replace existing run folders")
+    ap.add_argument("--title", default="Trinity-RFT on one H200",
+                    help="figure title; the seeds are appended")
     ap.add_argument("--no-figures", action="store_true",
                     help="no tidy table, figures or metrics (runs of one selector and seed)")
     args = ap.parse_args()
@@ -161,7 +163,7 @@ def main() -> int:
         seeds = ", ".join(str(x) for x in sorted(table["seed"].unique()))
         with tempfile.TemporaryDirectory(dir=args.out) as tmp:
             drawn = results.draw(table, Path(tmp) / "d", eval_name=results.eval_label(table),
-                                 smooth=3, title=f"Trinity-RFT on one H200, seed(s) {seeds}")
+                                 smooth=3, title=f"{args.title}, seed(s) {seeds}")
             for name, file in drawn["files"].items():
                 target = "trinity_h200.csv" if name == "results" else file.name
                 shutil.move(str(file), args.out / target)
