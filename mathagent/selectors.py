@@ -84,6 +84,8 @@ from trinity.buffer.selector.selector import BaseSelector, DifficultyBasedSelect
 from trinity.common.config import DataSelectorConfig
 from trinity.common.constants import SELECTOR_METRIC
 
+from mathagent.tasks import TasksetError, fill_value, pass_rate_values
+
 log = logging.getLogger(__name__)
 
 TRINITY_SELECTORS = ("sequential", "shuffle", "random", "offline_easy2hard", "difficulty_based")
@@ -200,12 +202,10 @@ def read_features(dataset: datasets.Dataset, keys: Sequence[str], *,
     features = np.empty((n, len(keys)), dtype=np.float64)
     imputed: dict[str, int] = {}
     for j, key in enumerate(keys):
-        col = _arrow_column(dataset, key)
-        if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)
-                or pa.types.is_boolean(col.type)):
-            raise SelectorConfigError(
-                f"{source}: feature column {key!r} has type {col.type}, not a number")
-        values = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
+        try:
+            values = pass_rate_values(_arrow_column(dataset, key), key, source, booleans=True)
+        except TasksetError as exc:
+            raise SelectorConfigError(str(exc)) from None
         bad = np.isnan(values)  # nulls come through Arrow as NaN
         if bad.any() and impute is None:
             raise SelectorConfigError(
@@ -213,18 +213,11 @@ def read_features(dataset: datasets.Dataset, keys: Sequence[str], *,
                 f"value(s), first at row {int(np.argmax(bad))}; drop those rows or pass "
                 f"impute='mean' or 'median'")
         present = values[~bad]
-        outside = (present < 0.0) | (present > 1.0)
-        if outside.any():
-            rows = np.flatnonzero(~bad)[outside]
-            raise SelectorConfigError(
-                f"{source}: feature column {key!r} has {int(outside.sum())} value(s) outside "
-                f"[0, 1], first at row {int(rows[0])} (value {values[rows[0]]!r}); pass rates "
-                f"must be fractions")
         if bad.any():
             if present.size == 0:
                 raise SelectorConfigError(
                     f"{source}: feature column {key!r} has no values to impute from")
-            fill = float(np.mean(present) if impute == "mean" else np.median(present))
+            fill = fill_value(present, impute)
             values = np.where(bad, fill, values)
             log.warning("%s: imputed %d NaN value(s) of %r with the column %s %.4f",
                         source, int(bad.sum()), key, impute, fill)

@@ -255,6 +255,39 @@ def pass_rate_columns(columns: Iterable[str]) -> list[str]:
     return [c for c in columns if c.endswith(PASS_RATE_SUFFIX)]
 
 
+def pass_rate_values(col: pa.ChunkedArray | pa.Array, name: str, where: str,
+                     label: Callable[[int], str] = lambda row: f"row {row}",
+                     booleans: bool = False) -> np.ndarray:
+    """One pass-rate column as float64, NaN where a value is null or NaN.
+
+    The one check of pass-rate values, used by the schema, the guru reader and the
+    selectors: :class:`TasksetError` when the column is not numeric (a column of nulls
+    only is read as all missing; ``booleans`` also accepts 0/1 flags) or a present value
+    lies outside [0, 1]; the message names ``where``, the column, the first offending row
+    (``label(row)``) and how many such rows there are. Missing values are left to the caller.
+    """
+    kind = col.type
+    if not (pa.types.is_floating(kind) or pa.types.is_integer(kind) or pa.types.is_null(kind)
+            or (booleans and pa.types.is_boolean(kind))):
+        raise TasksetError(f"{where}: column {name!r} has type {kind}, expected float "
+                           "pass rates in [0, 1]")
+    values = pc.fill_null(pc.cast(col, pa.float64()), np.nan).to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero((values < 0.0) | (values > 1.0))
+    if bad.size:
+        row = int(bad[0])
+        raise TasksetError(f"{where}: {label(row)}, column {name!r}: pass rate "
+                           f"{values[row]!r} outside [0, 1] ({bad.size} such row(s) in all)")
+    return values
+
+
+def fill_value(present: np.ndarray, rule: str) -> float:
+    """The value that fills a column's missing pass rates: the ``mean`` or ``median`` of
+    its ``present`` values."""
+    if rule not in ("mean", "median"):
+        raise ValueError(f"fill rule must be 'mean' or 'median', not {rule!r}")
+    return float(np.mean(present) if rule == "mean" else np.median(present))
+
+
 def validate_taskset(data: Any, feature_keys: Sequence[str] = (), source: Any = "taskset") -> None:
     """Check ``data`` against the taskset schema; raise :class:`TasksetError` on the first fault.
 
@@ -290,19 +323,12 @@ def validate_taskset(data: Any, feature_keys: Sequence[str] = (), source: Any = 
         raise TasksetError(f"{where}: row {row}, column 'answer': expected '#### <truth>', "
                            f"got {answers[row].as_py()!r}")
     for name in dict.fromkeys([*feature_keys, *pass_rate_columns(columns)]):
-        col = table.column(name)
-        if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
-            raise TasksetError(f"{where}: column {name!r} has type {col.type}, expected float "
-                               "pass rates in [0, 1]")
-        values = pc.cast(col, pa.float64())
-        row = _first_true(pc.or_kleene(values.is_null(), pc.is_nan(values)))
-        if row is not None:
-            raise TasksetError(f"{where}: row {row}, column {name!r}: missing pass rate (NaN "
-                               "or null); drop or impute it (see prepare-data --missing-pass-rate)")
-        row = _first_true(pc.or_(pc.less(values, 0.0), pc.greater(values, 1.0)))
-        if row is not None:
-            raise TasksetError(f"{where}: row {row}, column {name!r}: pass rate "
-                               f"{values[row].as_py()!r} outside [0, 1]")
+        values = pass_rate_values(table.column(name), name, where)
+        missing_rows = np.flatnonzero(np.isnan(values))
+        if missing_rows.size:
+            raise TasksetError(f"{where}: row {int(missing_rows[0])}, column {name!r}: missing "
+                               "pass rate (NaN or null); drop or impute it (see prepare-data "
+                               "--missing-pass-rate)")
 
 
 def _not_parquet(path: Path, exc: BaseException) -> TasksetError:
@@ -942,18 +968,8 @@ def _pass_rate_matrix(table: pa.Table, columns: Sequence[str], where: str) -> np
             raise TasksetError(f"{where}: pass-rate column {name!r} not found (columns: "
                                f"{', '.join(table.column_names)}); pass --pass-rate-columns to "
                                "name the ones present")
-        col = table.column(name)
-        if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)
-                or pa.types.is_null(col.type)):
-            raise TasksetError(f"{where}: column {name!r} has type {col.type}, expected float "
-                               "pass rates")
-        values = pc.fill_null(pc.cast(col, pa.float64()), np.nan).to_numpy()
-        bad = np.flatnonzero((values < 0.0) | (values > 1.0))
-        if bad.size:
-            row = int(bad[0])
-            raise TasksetError(f"{where}: {_row_label(table, row)}, column {name!r}: pass rate "
-                               f"{values[row]!r} outside [0, 1] ({bad.size} such row(s) in all)")
-        out[:, j] = values
+        out[:, j] = pass_rate_values(table.column(name), name, where,
+                                     label=lambda row: _row_label(table, row))
     return out
 
 
@@ -1026,8 +1042,7 @@ def convert_guru(table: pa.Table, options: GuruOptions | None = None,
                 raise TasksetError(f"{where}: column {name!r} has no values to take the "
                                    f"{options.missing_pass_rate} of; use --fill-value")
             else:
-                value = float(np.mean(present) if options.missing_pass_rate == "mean"
-                              else np.median(present))
+                value = fill_value(present, options.missing_pass_rate)
             rates[rows, j] = value
             report.imputed[name] = {"rule": options.missing_pass_rate, "value": value,
                                     "rows": int(rows.sum())}

@@ -296,11 +296,12 @@ def test_feature_errors_name_the_column_and_row():
     strong = list(taskset(20)[STRONG])
     strong[4] = 1.5
     out = taskset(20).remove_columns(STRONG).add_column(STRONG, strong)
-    with pytest.raises(S.SelectorConfigError, match=r"outside \[0, 1\], first at row 4"):
+    with pytest.raises(S.SelectorConfigError,
+                       match=rf"row 4, column {STRONG!r}: pass rate 1.5 outside \[0, 1\]"):
         S.make_selector("bots", out, [WEAK, STRONG])
     with pytest.raises(S.SelectorConfigError, match="not found"):
         S.make_selector("bots", taskset(20), [WEAK, "qwen_pass_rate"])
-    with pytest.raises(S.SelectorConfigError, match="not a number"):
+    with pytest.raises(S.SelectorConfigError, match="has type string, expected float pass rates"):
         S.make_selector("bots", taskset(20), ["question"])
 
 
