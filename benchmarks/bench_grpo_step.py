@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from mathagent import grpo, paths
+from mathagent.policy import Policy, make_generator
 
 
 def _sync(device: str) -> None:
@@ -65,7 +66,7 @@ def main() -> int:
             over[key] = value
     cfg = grpo.load_config(grpo.DEFAULT_CONFIG, over)
     t0 = time.perf_counter()
-    policy = grpo.Policy.load(args.model, device=args.device)
+    policy = Policy.load(args.model, device=args.device)
     load_s = time.perf_counter() - t0
     report: dict = {"device": torch.cuda.get_device_name(0) if args.device.startswith("cuda")
                     else f"cpu ({torch.get_num_threads()} threads)",
@@ -90,7 +91,7 @@ def main() -> int:
     _sync(args.device)
     t0 = time.perf_counter()
     comps = policy.sample(prompts, max_new_tokens=cfg.rollout.max_new_tokens, temperature=1.0,
-                          generator=grpo.make_generator(args.device, 0))
+                          generator=make_generator(args.device, 0))
     _sync(args.device)
     loop_s = time.perf_counter() - t0
     loop_tokens = sum(len(c.ids) for c in comps)

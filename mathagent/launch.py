@@ -510,12 +510,6 @@ def config_diff(plan_a: LaunchPlan, plan_b: LaunchPlan) -> list[tuple[str, Any, 
 # --------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _ray_executable() -> str:
     local = Path(sys.executable).with_name("ray")
     found = str(local) if local.exists() else shutil.which("ray")
@@ -767,7 +761,9 @@ def _start_ray_head_once(num_cpus: int | None, port: int | None, temp_dir: str |
     """
     import threading
 
-    port = port or _free_port()
+    from mathagent.serving import free_port
+
+    port = port or free_port()
     owns = temp_dir is None
     temp_dir = temp_dir or tempfile.mkdtemp(prefix=RayHead.TEMP_PREFIX, dir="/tmp")
     cmd = [_ray_executable(), "start", "--head", "--include-dashboard=false", f"--port={port}",
@@ -1013,19 +1009,14 @@ def hub_status(repo_id: str, timeout: float = 3.0) -> str:
             return "cached"
     except Exception:
         pass
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false"):
-        return "unreachable"
-    import urllib.error
-    import urllib.request
+    from mathagent.tasks import hub_offline, probe_hub
 
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-    try:
-        with urllib.request.urlopen(f"{endpoint}/api/models/{repo_id}", timeout=timeout):
-            return "available"
-    except urllib.error.HTTPError as exc:
-        return "available" if exc.code in (401, 403) else "not-found"
-    except Exception:
+    if hub_offline():
         return "unreachable"
+    code = probe_hub(f"models/{repo_id}", timeout)
+    if code is None:
+        return "unreachable"
+    return "available" if code < 400 or code in (401, 403) else "not-found"
 
 
 def _selector_config(taskset: Any) -> Any:

@@ -20,6 +20,8 @@ TESTS_FIXTURES_DIR = REPO_ROOT / "tests" / "fixtures"
 
 # The bundled offline taskset (arithmetic word problems with measured pass rates).
 ARITHMETIC_DIR = DATA_DIR / "arithmetic"
+# Small raw files in the upstream schemas (guru math, AIME), for the tutorial's conversions.
+SAMPLES_DIR = DATA_DIR / "samples"
 # Where ``prepare-data`` writes the guru math taskset and the AIME-24 eval set by default;
 # the full configs point here.
 GURU_DIR = DATA_DIR / "guru_math"
@@ -35,6 +37,25 @@ def new_run_dir(kind: str, stamp: str | None = None) -> Path:
     """Create and return ``runs/<kind>/<timestamp>``; ``stamp`` fixes the name (tests)."""
     stamp = stamp or datetime.now().strftime("%Y%m%d-%H%M%S")
     path = runs_dir() / kind / stamp
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+#: Set by ``python -m mathagent tutorial``: the run folder whose ``figures/`` collects figures.
+RUN_DIR_ENV = "MATHAGENT_RUN_DIR"
+
+
+def figure_dir() -> Path:
+    """Folder for figures written by the current notebook run."""
+    root = os.environ.get(RUN_DIR_ENV)
+    path = Path(root) / "figures" if root else runs_dir() / "notebooks" / "figures"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def scratch_dir(name: str) -> Path:
+    """A notebook's scratch folder, beside the figures of the current run (created)."""
+    path = figure_dir().parent / name
     path.mkdir(parents=True, exist_ok=True)
     return path
 

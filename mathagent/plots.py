@@ -5,7 +5,7 @@ Every function takes ``pandas.DataFrame`` tables, the tidy per-step results tabl
 simulation writes, or a taskset as a DataFrame (the pass-rate landscape figures at the end),
 draws one matplotlib figure and returns it. Nothing here imports a trainer
 or a selector, so the same figures come from simulated, tutorial-scale and Trinity runs.
-:func:`save_figure` writes a figure where the tutorial collects them.
+:func:`save_figure` writes a figure where the tutorial collects them (:func:`mathagent.paths.figure_dir`).
 
 Seeds are summarised as a mean line with a band: ``band="minmax"`` (the range over seeds) or
 ``band="std"`` (mean +- one standard deviation).
@@ -56,7 +56,7 @@ def selector_colors(selectors: Sequence[str]) -> dict[str, str]:
 def save_figure(fig, name: str, folder: str | Path | None = None) -> Path:
     """Write ``fig`` as ``<folder>/<name>.png`` (default: the tutorial's figure folder)."""
     if folder is None:
-        from mathagent.tutorial import figure_dir
+        from mathagent.paths import figure_dir
 
         folder = figure_dir()
     folder = Path(folder)

@@ -35,7 +35,7 @@ run side by side without losing a column.
 The driver works in chunks of tasks through a *backend* with
 ``run_batch(tasks, n, seed) -> list[list[dict]]`` (for each task, ``n`` records with keys
 :data:`ROLLOUT_KEYS`). :class:`EndpointBackend` runs a chunk concurrently with asyncio
-against one endpoint; ``mathagent.grpo.HFBackend`` samples a whole chunk in one
+against one endpoint; ``mathagent.policy.HFBackend`` samples a whole chunk in one
 transformers batch on a GPU; :class:`RayFanout` spreads chunks over several endpoints (one
 vLLM server per GPU) with Ray actors. Every task dict carries its row number as
 ``row`` (its position in the split file; a taskset's own ``task_id`` column, if any,
@@ -62,7 +62,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -625,50 +625,41 @@ def _write_part(folder: Path, rows: list[dict]) -> Path:
 
 
 @contextlib.contextmanager
-def _lock(folder: Path):
-    """One writer per side table: a ``filelock`` on ``folder/.lock``, never waited for.
-
-    The operating system drops the lock when its process dies (also on SIGKILL), so a
-    killed run leaves nothing to clean up.
-    """
+def _held(path: Path, timeout: float, busy: str):
+    """Hold a ``filelock`` on ``path`` (waiting up to ``timeout`` s; 0: not at all), else
+    raise :class:`MeasureError` with ``busy``. The operating system drops the lock when its
+    process dies (also on SIGKILL), so a killed run leaves nothing to clean up."""
     from filelock import FileLock, Timeout
 
-    lock = FileLock(str(folder / ".lock"), timeout=0)
+    lock = FileLock(str(path), timeout=timeout)
     try:
         lock.acquire()
     except Timeout:
-        raise MeasureError(f"{folder}: another measurement is writing this side table "
-                           f"(it holds {folder / '.lock'}); wait for it to finish or pass "
-                           "another --rollouts-dir") from None
+        raise MeasureError(busy) from None
     try:
         yield
     finally:
         lock.release()
+
+
+def _lock(folder: Path):
+    """One writer per side table: its lock is never waited for."""
+    return _held(folder / ".lock", 0, f"{folder}: another measurement is writing this side "
+                 f"table (it holds {folder / '.lock'}); wait for it to finish or pass another "
+                 "--rollouts-dir")
 
 
 TASKSET_LOCK_NAME = ".write.lock"
 TASKSET_LOCK_TIMEOUT = 600.0
 
 
-@contextlib.contextmanager
 def _taskset_lock(taskset: Path):
-    """Serialise read-modify-writes of a taskset's files (split parquet, provenance.json).
-
-    Waits (up to :data:`TASKSET_LOCK_TIMEOUT` seconds) for another measurement's write.
-    """
-    from filelock import FileLock, Timeout
-
+    """Serialise read-modify-writes of a taskset's files (split parquet, provenance.json),
+    waiting up to :data:`TASKSET_LOCK_TIMEOUT` seconds for another measurement's write."""
     path = Path(taskset) / TASKSET_LOCK_NAME
-    lock = FileLock(str(path), timeout=TASKSET_LOCK_TIMEOUT)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise MeasureError(f"{path}: another process has held this taskset's write lock for "
-                           f"{TASKSET_LOCK_TIMEOUT:.0f} s; is a measurement stuck?") from None
-    try:
-        yield
-    finally:
-        lock.release()
+    return _held(path, TASKSET_LOCK_TIMEOUT, f"{path}: another process has held this "
+                 f"taskset's write lock for {TASKSET_LOCK_TIMEOUT:.0f} s; is a measurement "
+                 "stuck?")
 
 
 def _comparable(settings: dict) -> dict:
@@ -969,47 +960,19 @@ def _base_urls(args: argparse.Namespace) -> list[str]:
 
 @contextlib.contextmanager
 def _endpoints(args: argparse.Namespace) -> Iterator[list[ModelSettings]]:
-    """The endpoints of a command: those given (checked), else one local server.
+    """The endpoints of a command: those given, else one local server
+    (:func:`mathagent.serving.connect` checks each one)."""
+    from mathagent.serving import ENV_MODEL, connect, endpoint
 
-    A given endpoint must answer ``GET /models`` and list the model the command will ask
-    for (``--model``, else ``$MATHAGENT_MODEL``, else the bundled model's name); otherwise
-    every rollout would fail, so :class:`~mathagent.serving.EndpointError` says which ids
-    it serves instead.
-    """
-    from mathagent.serving import BUNDLED_ALIAS, ENV_MODEL, EndpointError, LocalServer
-
+    setting = ("--model" if args.model else ENV_MODEL if os.environ.get(ENV_MODEL)
+               else "--model (default)")
     urls = _base_urls(args)
     if urls:
-        settings = [_settings_from_args(args, url) for url in urls]
-        for s in settings:
-            check_served_model(s, "--model" if args.model else ENV_MODEL
-                               if os.environ.get(ENV_MODEL) else "--model (default)")
-        yield settings
+        yield [connect(_settings_from_args(args, url), setting)[0] for url in urls]
         return
-    if args.model and args.model != BUNDLED_ALIAS:
-        raise EndpointError(f"--model {args.model!r}: the bundled model server serves only "
-                            f"{BUNDLED_ALIAS!r}; pass --base-url for an endpoint serving "
-                            f"{args.model!r}, or drop --model")
-    with LocalServer(n_ctx=args.n_ctx) as server:
-        print(f"started the bundled model at {server.base_url}", file=sys.stderr)
-        base = _settings_from_args(args, server.base_url)
-        yield [replace(base, model=server.model_alias)]
-
-
-def check_served_model(settings: ModelSettings, setting: str = "--model") -> list[str]:
-    """``GET {base_url}/models`` and check that ``settings.model`` is among the served ids.
-
-    Returns the served ids; raises :class:`~mathagent.serving.EndpointError` (naming
-    ``setting``, where the model name came from) when the endpoint is unreachable or does
-    not serve that model. An endpoint that lists no models at all is not second-guessed.
-    """
-    from mathagent.serving import EndpointError, check_endpoint
-
-    served = check_endpoint(settings)
-    if served and settings.model not in served:
-        raise EndpointError(f"{setting} {settings.model!r}: the endpoint {settings.base_url} "
-                            f"does not serve it; it serves: {', '.join(served)}")
-    return served
+    with endpoint(_settings_from_args(args, None), setting, n_ctx=args.n_ctx) as settings:
+        print(f"started the bundled model at {settings.base_url}", file=sys.stderr)
+        yield [settings]
 
 
 def _default_concurrency(args: argparse.Namespace) -> int:
@@ -1157,7 +1120,7 @@ def measure_pass_rates_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=["endpoint", "hf"], default="endpoint",
                         help="endpoint: workflow + judge against OpenAI-compatible server(s); "
                              "hf: batched transformers sampling on a GPU with the trainer's "
-                             "prompt and the lenient judge (mathagent.grpo.HFBackend)")
+                             "prompt and the lenient judge (mathagent.policy.HFBackend)")
     parser.add_argument("--chunk-size", type=int, default=None,
                         help="tasks per chunk, the unit written to the side table "
                              "(default: 8 for endpoints, 64 for hf)")
@@ -1181,7 +1144,7 @@ def measure_pass_rates_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _hf_backend(args: argparse.Namespace):
-    from mathagent.grpo import HFBackend
+    from mathagent.policy import HFBackend
 
     return HFBackend(model=args.hf_model, device=args.device, temperature=args.temperature,
                      max_new_tokens=args.max_tokens, lenient=True)

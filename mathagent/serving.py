@@ -536,28 +536,50 @@ class LocalServer:
         return f"LocalServer({state})"
 
 
-def connect(settings: ModelSettings | None = None,
+def check_served_model(settings: ModelSettings, setting: str = "model") -> list[str]:
+    """:func:`check_endpoint`, then check that ``settings.model`` is among the served ids.
+
+    Returns the served ids; raises :class:`EndpointError` (naming ``setting``, where the
+    model name came from) when the endpoint does not serve that model, since every request
+    would then fail. An endpoint that lists no models at all is not second-guessed.
+    """
+    served = check_endpoint(settings)
+    if served and settings.model not in served:
+        raise EndpointError(f"{setting} {settings.model!r}: the endpoint {settings.base_url} "
+                            f"does not serve it; it serves: {', '.join(served)}")
+    return served
+
+
+def connect(settings: ModelSettings | None = None, setting: str = "model",
             **server_kwargs: Any) -> tuple[ModelSettings, LocalServer | None]:
     """Usable settings and the server started for them, if any (call ``server.stop()``).
 
-    With ``settings.base_url`` set (or ``MATHAGENT_BASE_URL``), checks that the endpoint
-    answers and returns ``(settings, None)``; otherwise starts a :class:`LocalServer` for
-    the bundled model (``server_kwargs`` go to it) and returns settings pointing at it,
-    with the decoding options kept. Notebooks use this; scripts prefer :func:`endpoint`.
+    The one choice of endpoint: with ``settings.base_url`` set (or ``MATHAGENT_BASE_URL``),
+    checks that the endpoint answers and serves ``settings.model``
+    (:func:`check_served_model`; ``setting`` names where that name came from) and returns
+    ``(settings, None)``; otherwise starts a :class:`LocalServer` for the bundled model
+    (``server_kwargs`` go to it) and returns settings pointing at it, with the decoding
+    options kept. A model other than the bundled one without an endpoint is an
+    :class:`EndpointError`. Notebooks use this; scripts prefer :func:`endpoint`.
     """
     settings = settings or ModelSettings.from_env()
     if settings.base_url:
-        check_endpoint(settings)
+        check_served_model(settings, setting)
         return settings, None
+    if settings.model != BUNDLED_ALIAS:
+        raise EndpointError(f"{setting} {settings.model!r}: the bundled model server serves "
+                            f"only {BUNDLED_ALIAS!r}; give an endpoint serving "
+                            f"{settings.model!r} ({ENV_BASE_URL} or --base-url), or drop it")
     server = LocalServer(**server_kwargs).start()
     return replace(settings, base_url=server.base_url, api_key=LOCAL_API_KEY,
                    model=server.model_alias), server
 
 
 @contextlib.contextmanager
-def endpoint(settings: ModelSettings | None = None, **server_kwargs: Any):
+def endpoint(settings: ModelSettings | None = None, setting: str = "model",
+             **server_kwargs: Any):
     """:func:`connect` as a context manager: a started local server stops on exit."""
-    settings, server = connect(settings, **server_kwargs)
+    settings, server = connect(settings, setting, **server_kwargs)
     try:
         yield settings
     finally:

@@ -63,6 +63,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mathagent import paths
 from mathagent.tasks import informative_probability
 
 WEAK_KEY = "weak_pass_rate"
@@ -627,6 +628,28 @@ def heatmap_table(summary: pd.DataFrame, selectors: pd.DataFrame,
                                  UPSTREAM_BOTS["target_reward"])]
     sel = sel[sel["lamb"].isin(lamb_grid) & sel["rho"].isin(rho_grid)]
     return summary.merge(sel[["selector", "lamb", "rho"]], on="selector")
+
+
+def runs_or_stand_in(runs: str | Path, work: str | Path, n_tasks: int, steps: int,
+                     n_seeds: int, seed: int = 0) -> tuple[str, Path]:
+    """``(what they are, folder)``: the real runs under ``runs`` when there are any, else a
+    simulated stand-in of ``random`` vs ``difficulty_based`` written to ``work/simulated``.
+
+    The label says plainly which of the two a figure shows (notebook 05 titles with it).
+    """
+    from mathagent import results
+
+    runs = Path(runs)
+    if results.has_runs(runs):
+        where = runs.relative_to(paths.REPO_ROOT) if runs.is_relative_to(paths.REPO_ROOT) \
+            else runs
+        return f"tutorial-scale GRPO runs ({where})", runs
+    config = smoke_config(n_tasks=n_tasks, steps=steps, n_seeds=n_seeds, seed=seed)
+    specs = [s for s in default_specs(config.n_rollouts)
+             if s.label in ("random", "difficulty_based")]
+    out = Path(work) / "simulated"
+    write_sweep(run_sweep(config, specs), out, figures=False)
+    return "SIMULATED runs (mathagent.simulation, not model training)", out
 
 
 def write_sweep(result: SweepResult, out_dir: str | Path, figures: bool = True,

@@ -674,20 +674,31 @@ def _read_csv(path: Path) -> pa.Table:
 # Hugging Face hub (optional; every path also works from a local file)
 # --------------------------------------------------------------------------------------
 
-def _probe_hub(endpoint: str, repo_id: str, timeout: float) -> None:
-    """Raise ``OSError`` unless the hub answers within ``timeout`` seconds.
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` asks for no hub access at all."""
+    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() not in ("", "0", "false")
+
+
+def probe_hub(api_path: str, timeout: float, endpoint: str | None = None) -> int | None:
+    """The HTTP status the hub answers ``HEAD {endpoint}/api/{api_path}`` with (200, or the
+    error code such as 404/401), or None when it does not answer within ``timeout`` s.
 
     ``huggingface_hub`` retries a failed lookup with back-off (about 25 s in all) before
-    it gives up; one quick request first keeps the unreachable case short.
+    it gives up; one quick request first keeps the unreachable case short. ``endpoint``
+    defaults to ``HF_ENDPOINT`` or the public hub.
     """
     import urllib.error
     import urllib.request
 
-    request = urllib.request.Request(f"{endpoint.rstrip('/')}/api/datasets/{repo_id}",
-                                     method="HEAD")
-    # An HTTP error means the hub answered (404, 401, ...): the download reports it precisely.
-    with contextlib.suppress(urllib.error.HTTPError):
-        urllib.request.urlopen(request, timeout=timeout).close()
+    endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    request = urllib.request.Request(f"{endpoint.rstrip('/')}/api/{api_path}", method="HEAD")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:  # the hub answered
+        return int(exc.code)
+    except (OSError, ValueError):
+        return None
 
 
 def download_from_hub(repo_id: str, filename: str | None = None, *, timeout: float = 10.0,
@@ -710,7 +721,9 @@ def download_from_hub(repo_id: str, filename: str | None = None, *, timeout: flo
         if constants.HF_HUB_OFFLINE:
             raise OSError("offline mode (HF_HUB_OFFLINE is set) and no cached copy")
         endpoint = endpoint or constants.ENDPOINT
-        _probe_hub(endpoint, repo_id, timeout)
+        if probe_hub(f"datasets/{repo_id}", timeout, endpoint) is None:
+            # an HTTP error means the hub answered: the download reports it precisely
+            raise OSError(f"the hub at {endpoint} did not answer within {timeout:g} s")
         if filename is not None:
             return Path(hub.hf_hub_download(repo_id, filename, repo_type="dataset",
                                             etag_timeout=timeout, endpoint=endpoint))
@@ -789,6 +802,14 @@ class ConversionReport:
     duplicates: dict[str, Any] = field(default_factory=dict)
     dropped_rows: dict[str, list[int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    def drop(self, reason: np.ndarray, mask: np.ndarray, why: str) -> None:
+        """Drop the rows of ``mask`` that are still kept, for ``why``: each dropped row gets
+        exactly one reason (the first check that fails), recorded in ``reason`` and counted."""
+        mask = mask & (reason == "")
+        reason[mask] = why
+        self.dropped[why] = self.dropped.get(why, 0) + int(mask.sum())
+        self.dropped_rows.setdefault(why, []).extend(np.flatnonzero(mask).tolist())
 
     def check(self) -> None:
         lost = self.rows_in - self.rows_out - sum(self.dropped.values())
@@ -1011,17 +1032,11 @@ def convert_guru(table: pa.Table, options: GuruOptions | None = None,
 
     reason = np.full(n, "", dtype=object)
 
-    def mark(mask: np.ndarray, why: str) -> None:
-        mask = mask & (reason == "")
-        reason[mask] = why
-        report.dropped[why] += int(mask.sum())
-        report.dropped_rows.setdefault(why, []).extend(np.flatnonzero(mask).tolist())
-
     blank = pc.fill_null(pc.equal(question, ""), True).to_numpy(zero_copy_only=False)
     no_truth = pc.fill_null(pc.equal(truth, ""), True).to_numpy(zero_copy_only=False)
-    mark(~has_prompt, DROP_EMPTY_PROMPT)
-    mark(blank, DROP_EMPTY_QUESTION)
-    mark(no_truth, DROP_MISSING_TRUTH)
+    report.drop(reason, ~has_prompt, DROP_EMPTY_PROMPT)
+    report.drop(reason, blank, DROP_EMPTY_QUESTION)
+    report.drop(reason, no_truth, DROP_MISSING_TRUTH)
 
     # Missing pass rates: drop or impute, counted either way.
     valid = reason == ""
@@ -1029,7 +1044,7 @@ def convert_guru(table: pa.Table, options: GuruOptions | None = None,
     for j, name in enumerate(options.pass_rate_columns):
         report.missing_pass_rates[name] = int((missing[:, j] & valid).sum())
     if options.missing_pass_rate == "drop":
-        mark(missing.any(axis=1), DROP_MISSING_PASS_RATE)
+        report.drop(reason, missing.any(axis=1), DROP_MISSING_PASS_RATE)
     else:
         for j, name in enumerate(options.pass_rate_columns):
             rows = missing[:, j] & valid
@@ -1080,7 +1095,7 @@ def convert_guru(table: pa.Table, options: GuruOptions | None = None,
         "action": "dropped" if options.drop_duplicates else "kept",
     }
     if options.drop_duplicates:
-        mark(frame.index.isin(alive.index[dup.to_numpy()]), DROP_DUPLICATE)
+        report.drop(reason, frame.index.isin(alive.index[dup.to_numpy()]), DROP_DUPLICATE)
 
     kept = frame[reason == ""].reset_index(drop=True)
     splits = split_train_validation(kept, options.val_fraction, options.seed)
@@ -1359,15 +1374,9 @@ def convert_aime(table: pa.Table, options: AimeOptions | None = None,
         frame["source_id"] = [None if v is None else str(v) for v in table.column(icol).to_pylist()]
     reason = np.full(n, "", dtype=object)
 
-    def mark(mask: np.ndarray, why: str) -> None:
-        mask = mask & (reason == "")
-        reason[mask] = why
-        report.dropped[why] += int(mask.sum())
-        report.dropped_rows.setdefault(why, []).extend(np.flatnonzero(mask).tolist())
-
-    mark(frame[QUESTION].isna().to_numpy() | (frame[QUESTION].fillna("") == "").to_numpy(),
-         DROP_EMPTY_QUESTION)
-    mark(frame[ANSWER].isna().to_numpy(), DROP_MISSING_TRUTH)
+    empty = frame[QUESTION].isna().to_numpy() | (frame[QUESTION].fillna("") == "").to_numpy()
+    report.drop(reason, empty, DROP_EMPTY_QUESTION)
+    report.drop(reason, frame[ANSWER].isna().to_numpy(), DROP_MISSING_TRUTH)
     alive = frame[reason == ""]
     dup = alive.duplicated(QUESTION, keep="first")
     report.duplicates = {"rows": int(dup.sum()),
@@ -1377,7 +1386,7 @@ def convert_aime(table: pa.Table, options: AimeOptions | None = None,
                               .groupby(QUESTION)[ANSWER].nunique() > 1).sum()),
                          "action": "dropped" if options.drop_duplicates else "kept"}
     if options.drop_duplicates:
-        mark(frame.index.isin(alive.index[dup.to_numpy()]), DROP_DUPLICATE)
+        report.drop(reason, frame.index.isin(alive.index[dup.to_numpy()]), DROP_DUPLICATE)
     kept = frame[reason == ""].reset_index(drop=True)
     report.rows_out = len(kept)
     report.splits = {"test": len(kept)}
@@ -1423,6 +1432,22 @@ def prepare_aime(input_path: str | Path | None = None, out_dir: str | Path = pat
     if note:
         report.notes.append(note)
     return report
+
+
+def reference_tasksets(work: str | Path) -> tuple[Path, Path, str]:
+    """``(train folder, eval folder, what they are)`` for the reference configs.
+
+    The prepared guru math and AIME-24 tasksets under ``data/`` when both exist (``prepare-data``
+    and ``prepare-aime`` wrote them); otherwise the small raw samples in ``data/samples/``
+    converted into ``work`` the same way, a stand-in that lets the configs load and check.
+    """
+    if (paths.GURU_DIR / "train.parquet").is_file() and \
+            (paths.AIME24_DIR / "test.parquet").is_file():
+        return paths.GURU_DIR, paths.AIME24_DIR, "the prepared guru math and AIME-24 tasksets"
+    train, evals = Path(work) / "guru_math", Path(work) / "aime24"
+    prepare_guru(paths.SAMPLES_DIR / "guru_raw.jsonl", out_dir=train)
+    prepare_aime(paths.SAMPLES_DIR / "aime_style.jsonl", out_dir=evals)
+    return train, evals, "the raw samples of data/samples converted (prepare-data not run here)"
 
 
 def prepare_aime_parser(parser: argparse.ArgumentParser) -> None:

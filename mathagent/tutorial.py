@@ -6,8 +6,9 @@ summary: what ran, how long it took, what was skipped and why, where the figures
 
 Notebooks report parts they cannot run on this machine (no GPU, no network) through
 :func:`skip`, which prints a marker line the runner collects from the executed outputs;
-nothing is skipped silently. Figures are saved through :func:`figure_dir`, which points
-into the run folder while the tutorial runs and into ``runs/notebooks`` otherwise.
+nothing is skipped silently. Figures are saved through :func:`mathagent.paths.figure_dir`,
+which points into the run folder while the tutorial runs and into ``runs/notebooks``
+otherwise.
 """
 
 from __future__ import annotations
@@ -23,20 +24,11 @@ from pathlib import Path
 from mathagent import paths
 
 SKIP_MARKER = "[mathagent:skipped]"
-RUN_DIR_ENV = "MATHAGENT_RUN_DIR"
 
 
 def skip(part: str, reason: str) -> None:
     """Tell the reader (and the tutorial summary) that ``part`` did not run, and why."""
     print(f"{SKIP_MARKER} {part}: {reason}")
-
-
-def figure_dir() -> Path:
-    """Folder for figures written by the current notebook run."""
-    root = os.environ.get(RUN_DIR_ENV)
-    path = Path(root) / "figures" if root else paths.runs_dir() / "notebooks" / "figures"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def tutorial_notebooks(folder: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
@@ -106,7 +98,7 @@ def _kernel_env(**values: str):
 def run_tutorial(notebooks: list[Path], out_dir: Path, smoke: bool) -> list[NotebookResult]:
     """Run ``notebooks`` in order; stop at the first failure (later ones depend on it)."""
     results = []
-    with _kernel_env(**{RUN_DIR_ENV: str(out_dir), "MATHAGENT_SMOKE": "1" if smoke else "0"}):
+    with _kernel_env(**{paths.RUN_DIR_ENV: str(out_dir), "MATHAGENT_SMOKE": "1" if smoke else "0"}):
         for i, nb in enumerate(notebooks, 1):
             print(f"[{i}/{len(notebooks)}] {nb.name} ...", flush=True)
             res = run_notebook(nb, out_dir)

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from mathagent import grpo, paths, rollouts, tasks
+from mathagent import policy as policy_mod
 
 # --------------------------------------------------------------------------------------
 # No model needed
@@ -134,12 +135,12 @@ def test_config_errors_name_the_file_and_key(tmp_path):
 
 def test_locate_model(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="nowhere.gguf"):
-        grpo.locate_model(tmp_path / "nowhere.gguf")
-    monkeypatch.setenv(grpo.MODEL_PATH_ENV, str(tmp_path))
-    assert grpo.locate_model() == tmp_path
-    monkeypatch.delenv(grpo.MODEL_PATH_ENV)
-    bundled = grpo.locate_model()
-    assert bundled.suffix == ".gguf" and tasks.sha256_file(bundled) == grpo.GGUF_SHA256
+        policy_mod.locate_model(tmp_path / "nowhere.gguf")
+    monkeypatch.setenv(policy_mod.MODEL_PATH_ENV, str(tmp_path))
+    assert policy_mod.locate_model() == tmp_path
+    monkeypatch.delenv(policy_mod.MODEL_PATH_ENV)
+    bundled = policy_mod.locate_model()
+    assert bundled.suffix == ".gguf" and tasks.sha256_file(bundled) == policy_mod.GGUF_SHA256
 
 
 def test_cli_help_and_bad_settings_fail_before_loading_the_model(tmp_path):
@@ -175,7 +176,7 @@ def test_cli_help_and_bad_settings_fail_before_loading_the_model(tmp_path):
 def policy():
     """The bundled model, loaded once for this module (CPU, float32)."""
     torch.set_num_threads(2)
-    return grpo.Policy.load(device="cpu")
+    return policy_mod.Policy.load(device="cpu")
 
 
 @pytest.mark.slow
@@ -194,9 +195,9 @@ def test_left_padding_does_not_change_log_probs(policy):
 def test_sampling_is_reproducible_and_stops_at_the_end_token(policy):
     prompts = [policy.encode("What is 4 + 4?")] * 3
     a = policy.sample(prompts, max_new_tokens=12, temperature=1.0,
-                      generator=grpo.make_generator("cpu", 5))
+                      generator=policy_mod.make_generator("cpu", 5))
     b = policy.sample(prompts, max_new_tokens=12, temperature=1.0,
-                      generator=grpo.make_generator("cpu", 5))
+                      generator=policy_mod.make_generator("cpu", 5))
     assert [c.ids for c in a] == [c.ids for c in b]
     for c in a:
         assert 1 <= len(c.ids) <= 12
@@ -209,7 +210,7 @@ def test_sampling_is_reproducible_and_stops_at_the_end_token(policy):
 def test_hf_backend_feeds_the_measurement_driver(policy, tmp_path):
     frames = tasks.generate_arithmetic(n_train=3, n_test=1, seed=11)
     tasks.save_taskset(frames, tmp_path / "ts", {"kind": "test"})
-    backend = grpo.HFBackend(policy=policy, max_new_tokens=8)
+    backend = policy_mod.HFBackend(policy=policy, max_new_tokens=8)
     out = backend.run_batch([{"question": "What is 1 + 1?", "answer": "#### 2"}], n=2, seed=0)
     assert len(out) == 1 and [r["rollout"] for r in out[0]] == [0, 1]
     for rec in out[0]:
@@ -232,7 +233,7 @@ def test_update_moves_the_policy_only_on_mixed_groups(policy, tmp_path):
     trainer.logger.close()
     prompts = [trainer.train_prompts[0]] * 4
     comps = policy.sample(prompts, max_new_tokens=8, temperature=1.0,
-                          generator=grpo.make_generator("cpu", 1))
+                          generator=policy_mod.make_generator("cpu", 1))
     weight = policy.model.get_decoder().layers[0].mlp.up_proj.weight
     before = weight.detach().clone()
     flat = trainer._update(prompts, comps, np.zeros(4))  # one group that agrees
@@ -303,7 +304,7 @@ def test_cpu_smoke_trains_feeds_back_logs_and_resumes(policy, tmp_path):
     assert saved["selector"]["current_index"] == 2 * B
 
     # resume into a fresh policy (the initial weights) and run one more step
-    fresh = grpo.Policy(pristine, policy.tokenizer, device="cpu")
+    fresh = policy_mod.Policy(pristine, policy.tokenizer, device="cpu")
     cfg3 = grpo.load_config(grpo.SMOKE_CONFIG, {"trainer.steps": 3})
     resumed = grpo.GRPOTrainer(cfg3, run, policy=fresh, resume=True)
     assert resumed.step_count == 2
@@ -351,7 +352,7 @@ def test_resumed_run_equals_the_uninterrupted_one(policy, tmp_path, selector):
     pristine = copy.deepcopy(policy.model).requires_grad_(True)
 
     def fresh_policy():
-        return grpo.Policy(copy.deepcopy(pristine), policy.tokenizer, device="cpu")
+        return policy_mod.Policy(copy.deepcopy(pristine), policy.tokenizer, device="cpu")
 
     straight = grpo.GRPOTrainer(cfg, tmp_path / "straight", policy=fresh_policy())
     straight_seen = _spy_selections(straight)

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from mathagent import grpo
+from mathagent import policy as policy_mod
 from mathagent import selectors as S
 
 WEAK, STRONG = "weak", "strong"
@@ -55,7 +56,7 @@ def _trainer(run_dir: Path):
     t.optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
     t.selector = S.make_selector("difficulty_based", DATA, [WEAK, STRONG], seed=0, m=4,
                                  tau=0, do_sample=True)
-    t.sampler_gen = grpo.make_generator("cpu", 1)
+    t.sampler_gen = policy_mod.make_generator("cpu", 1)
     t.step_count = 0
     return t
 

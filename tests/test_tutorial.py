@@ -5,7 +5,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from mathagent import tutorial
+from mathagent import paths, tutorial
 
 
 def _write_nb(path, *sources):
@@ -41,6 +41,6 @@ def test_runner_collects_skips_and_names_the_failing_cell(tmp_path):
 
 
 def test_figure_dir_follows_the_run_folder(tmp_path, monkeypatch):
-    monkeypatch.setenv(tutorial.RUN_DIR_ENV, str(tmp_path))
-    assert tutorial.figure_dir() == tmp_path / "figures"
+    monkeypatch.setenv(paths.RUN_DIR_ENV, str(tmp_path))
+    assert paths.figure_dir() == tmp_path / "figures"
     assert (tmp_path / "figures").is_dir()

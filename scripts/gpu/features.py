@@ -2,7 +2,7 @@
 
 1. *Pilot*: answer the first ``--pilot-tasks`` training tasks ``n`` times under each
    candidate decoding setting (temperature x number of worked examples in the prompt) with
-   the trainer's own chat formatting (``mathagent.grpo.HFBackend``) and tabulate mean pass
+   the trainer's own chat formatting (``mathagent.policy.HFBackend``) and tabulate mean pass
    rate, the share of tasks strictly between 0 and 1, and the time taken.
 2. *Choice*: the weak reference is the policy exactly as the GRPO trainer samples it
    (temperature 1.0, no worked examples); the strong reference is the candidate with the
@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mathagent import grpo, rollouts, tasks
+from mathagent import rollouts, tasks
+from mathagent.policy import HFBackend, Policy
 
 CANDIDATES = [  # (name, temperature, worked examples); the first is the weak reference
     ("t1.0_zero_shot", 1.0, 0),
@@ -48,7 +49,7 @@ def pilot(policy, frame: pd.DataFrame, n: int, max_new_tokens: int, seed: int) -
     task_dicts = frame.to_dict("records")
     rows = []
     for name, temp, shots in CANDIDATES:
-        backend = grpo.HFBackend(policy=policy, temperature=temp, few_shot=shots,
+        backend = HFBackend(policy=policy, temperature=temp, few_shot=shots,
                                  max_new_tokens=max_new_tokens, chunk_size=4096)
         start = time.perf_counter()
         out = backend.run_batch(task_dicts, n=n, seed=seed)
@@ -103,7 +104,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     timings = {}
     t0 = time.perf_counter()
-    policy = grpo.Policy.load(args.model, device=args.device)
+    policy = Policy.load(args.model, device=args.device)
     timings["model_load_s"] = time.perf_counter() - t0
     print(f"model loaded in {timings['model_load_s']:.1f} s", flush=True)
 
@@ -119,7 +120,7 @@ def main() -> int:
     results = {}
     for split in ("train", "test"):
         for column, setting in columns:
-            backend = grpo.HFBackend(policy=policy, temperature=setting["temperature"],
+            backend = HFBackend(policy=policy, temperature=setting["temperature"],
                                      few_shot=int(setting["few_shot"]),
                                      max_new_tokens=args.max_new_tokens,
                                      chunk_size=args.chunk_tasks * args.n)
@@ -145,7 +146,7 @@ def main() -> int:
     prov["feature_measurement"] = {
         "what": "pass rate = mean lenient-judge accuracy of n sampled replies per task, from "
                 "the bundled SmolLM2-135M-Instruct (GGUF Q4_1, dequantised) with transformers "
-                "batched sampling and the chat formatting of mathagent.grpo (the policy the "
+                "batched sampling and the chat formatting of mathagent.policy (the policy the "
                 "tutorial-scale GRPO trainer starts from)",
         "weak": {k: weak[k] for k in ("setting", "temperature", "few_shot")},
         "strong": {k: strong[k] for k in ("setting", "temperature", "few_shot")},
