@@ -824,13 +824,19 @@ def _start_ray_head_once(num_cpus: int | None, port: int | None, temp_dir: str |
 
 
 
-def _visible_gpus() -> int:
+def visible_gpus() -> int:
+    """GPUs this process sees (``torch.cuda.device_count()``; 0 without torch)."""
     try:
         import torch
 
         return torch.cuda.device_count()
     except Exception:
         return 0
+
+
+def vllm_importable() -> bool:
+    """Whether vllm can be imported here (found, not imported: importing it is slow)."""
+    return importlib.util.find_spec("vllm") is not None
 
 
 @contextlib.contextmanager
@@ -1209,7 +1215,7 @@ def check_model(config: Any, result: Preflight, dry_run: bool) -> None:
 def check_machine(config: Any, result: Preflight, dry_run: bool) -> None:
     """GPU count against the cluster size, and vllm."""
     cluster = config.cluster
-    have = _visible_gpus()
+    have = visible_gpus()
     need_node, nodes = cluster.gpu_per_node, cluster.node_num
     if not need_node or not nodes:
         if dry_run:
@@ -1233,7 +1239,7 @@ def check_machine(config: Any, result: Preflight, dry_run: bool) -> None:
     engine = config.explorer.rollout_model.engine_type
     if not engine.startswith("vllm"):
         return
-    if importlib.util.find_spec("vllm") is not None:
+    if vllm_importable():
         result.passed.append("vllm is importable")
     elif dry_run:
         result.requirements.append("vllm importable (pip install 'trinity-rft[vllm]'; CUDA only)"

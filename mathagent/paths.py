@@ -16,7 +16,6 @@ DATA_DIR = REPO_ROOT / "data"
 CONFIGS_DIR = REPO_ROOT / "configs"
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 RESULTS_DIR = REPO_ROOT / "results"
-TESTS_FIXTURES_DIR = REPO_ROOT / "tests" / "fixtures"
 
 # The bundled offline taskset (arithmetic word problems with measured pass rates).
 ARITHMETIC_DIR = DATA_DIR / "arithmetic"

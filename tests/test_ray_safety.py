@@ -33,9 +33,13 @@ from mathagent import cli, launch, paths
 def decoy(*argv: str) -> subprocess.Popen:
     """``setsid bash -c 'sleep 600; true' ARG...``; returns once bash has forked its sleep."""
     proc = subprocess.Popen(["bash", "-c", "sleep 600; true", *argv], start_new_session=True)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a generous bound: a busy machine forks slowly
     while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
         time.sleep(0.05)
+    if not psutil.Process(proc.pid).children():
+        proc.kill()  # ours: bash, started above
+        proc.wait()
+        raise AssertionError("the decoy's bash did not fork its sleep within 60 s")
     return proc
 
 
@@ -82,7 +86,7 @@ def decoys():
         for p in with_children:
             with contextlib.suppress(psutil.Error):
                 p.kill()  # psutil checks the start time first
-        proc.wait(timeout=10)
+        proc.wait(timeout=60)
 
 
 # -- without a Ray head ---------------------------------------------------------------------

@@ -13,6 +13,7 @@ import operator
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,12 +23,12 @@ import pytest
 
 from mathagent import cli, paths, tasks
 
-FIXTURES = paths.TESTS_FIXTURES_DIR
+FIXTURES = Path(__file__).parent / "fixtures"  # test-only inputs (broken files)
 RATES = list(tasks.GURU_PASS_RATE_KEYS)
 
-# What the default conversion must keep from guru_raw.jsonl, in input order: (row, question,
-# answer). Row 3 had the boxed sentence twice, row 2 never; row 11 duplicates row 0 once
-# cleaned.
+# What the default conversion must keep from data/samples/guru_raw.jsonl, in input order:
+# (row, question, answer). Row 3 had the boxed sentence twice, row 2 never; row 11 duplicates
+# row 0 once cleaned.
 EXPECTED_KEPT = [
     (0, "A cyclist rides 45 kilometres in 1.5 hours. What is her average speed in kilometres "
         "per hour?", "#### 30"),
@@ -54,7 +55,7 @@ def _to_parquet(src, dst):
 
 @pytest.fixture()
 def guru_parquet(tmp_path):
-    return _to_parquet(FIXTURES / "guru_raw.jsonl", tmp_path / "math__combined_fixture.parquet")
+    return _to_parquet(paths.SAMPLES_DIR / "guru_raw.jsonl", tmp_path / "math__combined_fixture.parquet")
 
 
 def _run_cli(argv, capsys):
@@ -222,9 +223,14 @@ def test_missing_input_file_is_one_clear_line(tmp_path, capsys):
     assert rc == 2 and err == f"error: {tmp_path / 'nope.parquet'}: no such input file\n"
 
 
-def test_unreachable_hub_says_what_to_pass(tmp_path):
+def test_unreachable_hub_says_what_to_pass(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    # an empty hub cache: a machine that has the file cached would not ask the hub at all
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
     with pytest.raises(tasks.HubUnavailable, match=r"pass --input PATH$"):
-        tasks.download_from_hub(tasks.GURU_REPO, tasks.GURU_FILE, timeout=2,
+        # a closed port refuses at once; the timeout is only a bound
+        tasks.download_from_hub(tasks.GURU_REPO, tasks.GURU_FILE, timeout=30,
                                 endpoint="http://127.0.0.1:9")
     # the command itself, in offline mode with an empty cache: one line on stderr, exit 2
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
@@ -241,7 +247,7 @@ def test_unreachable_hub_says_what_to_pass(tmp_path):
 
 def test_prepare_aime_from_jsonl_with_default_columns(tmp_path, capsys):
     out = tmp_path / "aime"
-    rc, stdout, _ = _run_cli(["prepare-aime", "--input", str(FIXTURES / "aime_style.jsonl"),
+    rc, stdout, _ = _run_cli(["prepare-aime", "--input", str(paths.SAMPLES_DIR / "aime_style.jsonl"),
                               "--out", str(out)], capsys)
     assert rc == 0
     frame = pq.read_table(out / "test.parquet").to_pandas()

@@ -19,8 +19,8 @@ import pytest
 
 from mathagent import cli, paths, tasks
 
-FIXTURES = paths.TESTS_FIXTURES_DIR
-AIME_JSONL = FIXTURES / "aime_style.jsonl"
+FIXTURES = Path(__file__).parent / "fixtures"  # test-only inputs (broken files)
+AIME_JSONL = paths.SAMPLES_DIR / "aime_style.jsonl"
 RATES = list(tasks.GURU_PASS_RATE_KEYS)
 
 
@@ -56,7 +56,7 @@ def _leftovers(folder):
 @pytest.fixture()
 def guru_parquet(tmp_path):
     dst = tmp_path / "math__combined_fixture.parquet"
-    pq.write_table(tasks.read_raw_table(FIXTURES / "guru_raw.jsonl"), dst)
+    pq.write_table(tasks.read_raw_table(paths.SAMPLES_DIR / "guru_raw.jsonl"), dst)
     return dst
 
 

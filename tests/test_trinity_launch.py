@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_env import isolate
+from launch_env import closed_address, isolate, visible_gpus
 
 from mathagent import cli, compat, judge, launch, paths
 
@@ -42,11 +42,6 @@ KV_BYTES = 4294967296  # the arithmetic config's extra_engine_args.kv_cache_memo
 @pytest.fixture(autouse=True)
 def _environment(monkeypatch, tmp_path):
     isolate(monkeypatch, tmp_path)
-
-
-def closed_address() -> str:
-    """host:port where nothing listens (a dry run then starts its own temporary head)."""
-    return f"127.0.0.1:{launch._free_port()}"
 
 
 def tuner_kwargs(plan: launch.LaunchPlan) -> dict:
@@ -209,9 +204,13 @@ def test_choose_attention_keeps_verl_defaults_with_flash_attn():
     assert raw == {"trainer": {"save_interval": 100}}
 
 
-def test_load_plan_without_flash_attn_uses_sdpa(tmp_path):
-    if launch.flash_attn_available():
-        pytest.skip("flash-attn is installed: verl's defaults stay")
+def pretend_flash_attn(monkeypatch, have: bool) -> None:
+    """Make the probe that load_plan() and the preflight ask answer ``have`` on any machine."""
+    monkeypatch.setattr(launch, "flash_attn_available", lambda: have)
+
+
+def test_load_plan_without_flash_attn_uses_sdpa(tmp_path, monkeypatch):
+    pretend_flash_attn(monkeypatch, False)
     plan = launch.load_plan(ARITH, work_dir=tmp_path)
     assert plan.config.trainer.use_remove_padding is False
     trainer_config = plan.config.trainer.trainer_config
@@ -225,17 +224,55 @@ def test_load_plan_without_flash_attn_uses_sdpa(tmp_path):
     assert result.passed == ["attention: sdpa without padding removal (needs no flash-attn)"]
 
 
-def test_sdpa_reaches_the_verl_config_trinity_builds(arith_dry_run):
-    """Trinity (verl 0.8 backend) builds verl's config from the checked config: sdpa, padding kept."""
-    if launch.flash_attn_available():
-        pytest.skip("flash-attn is installed: verl's defaults stay")
+def test_load_plan_with_flash_attn_keeps_verl_defaults(tmp_path, monkeypatch):
+    pretend_flash_attn(monkeypatch, True)
+    plan = launch.load_plan(ARITH, work_dir=tmp_path)
+    assert plan.config.trainer.use_remove_padding is True  # the default, not filled
+    trainer_config = plan.config.trainer.trainer_config
+    assert launch._get_dotted(trainer_config, "model.override_config.attn_implementation") \
+        is launch.ABSENT
+    assert trainer_config["actor"] == {"use_torch_compile": False}
+    assert not any("flash-attn is not installed" in n for n in plan.notes)
+    result = launch.Preflight()
+    launch.check_attention(plan.config, result, dry_run=False)
+    assert result.problems == [] and result.requirements == []
+    assert len(result.passed) == 1 and result.passed[0].startswith("flash-attn importable")
+
+
+def test_attention_reaches_the_verl_config_trinity_builds(arith_dry_run):
+    """Trinity (verl 0.8 backend) builds verl's config from the checked config of the dry run
+    on this machine: sdpa and padding kept without flash-attn, verl's defaults with it."""
     from trinity.trainer.verl.config import build_verl_config
 
     _, result = arith_dry_run
     verl = build_verl_config(result.checked_config)
-    assert verl.model.override_config.attn_implementation == "sdpa"
-    assert verl.model.use_remove_padding is False
-    assert verl.actor.use_remove_padding is False
+    if launch.flash_attn_available():
+        assert verl.model.override_config.get("attn_implementation") is None
+        assert verl.model.use_remove_padding is True
+        assert verl.actor.use_remove_padding is True
+    else:
+        assert verl.model.override_config.get("attn_implementation") == "sdpa"
+        assert verl.model.use_remove_padding is False
+        assert verl.actor.use_remove_padding is False
+    assert verl.actor.use_torch_compile is False
+
+
+@pytest.mark.parametrize("have_flash_attn", [False, True], ids=["no-flash-attn", "flash-attn"])
+def test_both_attention_branches_reach_the_verl_config(have_flash_attn, tmp_path, monkeypatch):
+    """Both branches on any machine: the plan's attention settings survive check_and_update()
+    (which needs no Ray head here) into the verl config Trinity builds."""
+    from trinity.trainer.verl.config import build_verl_config
+
+    pretend_flash_attn(monkeypatch, have_flash_attn)
+    plan = launch.load_plan(ARITH, work_dir=tmp_path / "work")
+    verl = build_verl_config(launch.check_and_update(plan, closed_address(), dry_run=True))
+    if have_flash_attn:
+        assert verl.model.override_config.get("attn_implementation") is None
+        assert verl.model.use_remove_padding is True and verl.actor.use_remove_padding is True
+    else:
+        assert verl.model.override_config.get("attn_implementation") == "sdpa"
+        assert verl.model.use_remove_padding is False
+        assert verl.actor.use_remove_padding is False
     assert verl.actor.use_torch_compile is False
 
 
@@ -244,10 +281,10 @@ def test_sdpa_reaches_the_verl_config_trinity_builds(arith_dry_run):
     (f"{launch.ATTN_KEY}=flash_attention_2", launch.ATTN_KEY),
 ], ids=["remove_padding", "flash_attention_2"])
 @pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "launch"])
-def test_settings_that_need_flash_attn_are_reported(override, key, dry_run, tmp_path):
+def test_settings_that_need_flash_attn_are_reported(override, key, dry_run, tmp_path,
+                                                    monkeypatch):
     """A dry run lists flash-attn as a requirement; a launch refuses, naming the key."""
-    if launch.flash_attn_available():
-        pytest.skip("flash-attn is installed")
+    pretend_flash_attn(monkeypatch, False)
     plan = launch.load_plan(ARITH, [override], work_dir=tmp_path)
     other = ({launch.ATTN_KEY, launch.REMOVE_PADDING_KEY} - {key}).pop()
     result = launch.Preflight()
@@ -266,6 +303,18 @@ def test_settings_that_need_flash_attn_are_reported(override, key, dry_run, tmp_
     assert f"`{key}`" in message and f"`{other}`" not in message  # names the one at fault
     assert f"{launch.ATTN_KEY}=sdpa" in message
     assert f"{launch.REMOVE_PADDING_KEY}=false" in message
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "launch"])
+def test_settings_that_need_flash_attn_pass_where_it_is_importable(dry_run, tmp_path,
+                                                                   monkeypatch):
+    pretend_flash_attn(monkeypatch, True)
+    plan = launch.load_plan(ARITH, [f"{launch.ATTN_KEY}=flash_attention_2"], work_dir=tmp_path)
+    result = launch.Preflight()
+    launch.check_attention(plan.config, result, dry_run=dry_run)
+    assert result.problems == [] and result.requirements == []
+    assert len(result.passed) == 1 and result.passed[0].startswith("flash-attn importable")
+    assert f"`{launch.ATTN_KEY}`" in result.passed[0]
 
 
 # --------------------------------------------------------------------------------------
@@ -469,7 +518,9 @@ def test_ray_command_defaults_offer_everything():
 
 @pytest.mark.slow
 def test_head_without_num_cpus_offers_every_cpu():
-    import torch
+    """Every CPU Ray detects here (a container's CPU quota, else os.cpu_count()) and every
+    GPU torch sees, not the 1 CPU of the tutorial's heads."""
+    from ray._private.utils import get_num_cpus
 
     head = launch.start_ray_head(num_cpus=None, object_store_memory=100 * 2**20)
     try:
@@ -477,8 +528,8 @@ def test_head_without_num_cpus_offers_every_cpu():
         resources = head.resources()
     finally:
         head.stop()
-    assert resources["CPU"] == os.cpu_count()
-    assert resources.get("GPU", 0) == torch.cuda.device_count()
+    assert resources["CPU"] == get_num_cpus() <= os.cpu_count()
+    assert resources.get("GPU", 0) == visible_gpus()
     assert head.processes() == []
     assert not Path(head.temp_dir).exists()  # its private session folder went with it
 

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 import pytest
-from launch_env import isolate
+from launch_env import hub_cached, isolate
 
 from mathagent import cli, launch, paths
 
@@ -215,7 +215,10 @@ def test_dry_run_lists_the_8_gpu_launch_machine(dry_run):
         in requirements
     assert "a Ray head offering at least 16 CPU and 8 GPU (4 vLLM engine(s): 4 GPU, 4 CPU; " \
         "trainer on 4 GPU(s): 4 GPU, 12 CPU)" in requirements
-    assert f"model {SMOL}: downloadable from the Hugging Face hub" in requirements
+    if hub_cached(SMOL):
+        assert f"ok    model {SMOL}: in the local hub cache" in out
+    else:
+        assert f"model {SMOL}: downloadable from the Hugging Face hub" in requirements
     # the resolved config: the reference's split of the 8 GPUs and its batch
     resolved = out.split("Resolved config")[1]
     for line in ("mode: both", "explorer_gpu_num: 4", "trainer_gpu_num: 4",
