@@ -327,11 +327,11 @@ def draw(table: pd.DataFrame, out_dir: str | Path | None = None, baseline: str =
 
     ``out_dir`` is written as a whole: into a temporary folder beside it, swapped in at the
     end, so a failure midway leaves an existing ``out_dir`` as it was
-    (:class:`mathagent.tasks.OutputError`). ``force=False`` keeps a non-empty ``out_dir``
+    (:class:`mathagent.outputs.OutputError`). ``force=False`` keeps a non-empty ``out_dir``
     (``OutputError`` before anything is written); the ``plot`` command passes ``--force``.
     """
     from mathagent import metrics, plots
-    from mathagent.tasks import check_output, rebase, staged_output
+    from mathagent.outputs import check_output, rebase, staged_output
 
     if out_dir is not None:
         check_output(out_dir, force)
@@ -383,7 +383,7 @@ def _inside(path: Path, folder: Path) -> bool:
 def plot_command(args: argparse.Namespace) -> int:
     import matplotlib
 
-    from mathagent.tasks import OutputError, check_output, fresh_run_dir, has_content
+    from mathagent.outputs import OutputError, check_output, fresh_run_dir, has_content
 
     matplotlib.use("Agg")
     try:

@@ -1025,7 +1025,7 @@ def write_outputs(out: Path, files: dict[str, str]) -> None:
     before the swap leaves the old output as it was. In a folder holding other files too
     (``--out results.csv`` in a project folder), each file is renamed over its old version.
     """
-    from mathagent.tasks import swap_in
+    from mathagent.outputs import swap_in
 
     folder = out.parent
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -658,11 +658,11 @@ def write_sweep(result: SweepResult, out_dir: str | Path, figures: bool = True,
 
     Everything is written into a temporary folder beside ``out_dir`` and swapped in at the
     end, so a failure midway leaves an existing ``out_dir`` as it was
-    (:class:`~mathagent.tasks.OutputError`). ``force=False`` keeps a non-empty ``out_dir``
+    (:class:`~mathagent.outputs.OutputError`). ``force=False`` keeps a non-empty ``out_dir``
     (``OutputError`` before anything is written); the library default replaces it, the
     ``simulate`` command passes its ``--force``.
     """
-    from mathagent.tasks import check_output, rebase, staged_output
+    from mathagent.outputs import check_output, rebase, staged_output
 
     out = Path(out_dir)
     check_output(out, force)
@@ -768,7 +768,7 @@ def simulate_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def simulate_command(args: argparse.Namespace) -> int:
-    from mathagent.tasks import OutputError, check_output, fresh_run_dir, has_content
+    from mathagent.outputs import OutputError, check_output, fresh_run_dir, has_content
 
     overrides = {k: v for k, v in {
         "n_seeds": args.seeds, "steps": args.steps, "n_tasks": args.tasks,

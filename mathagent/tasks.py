@@ -30,8 +30,8 @@ Every loader goes through :func:`validate_taskset`, whose errors name the file, 
 truncated, corrupt, malformed csv/json) is one :class:`TasksetError` line naming it.
 
 Outputs are never lost silently: a taskset is written into a temporary folder beside its
-directory and swapped in when complete (:func:`staged_output`), so a failure midway leaves
-the old one intact; the commands keep an existing taskset unless ``--force``, and with
+directory and swapped in when complete (:func:`mathagent.outputs.staged_output`), so a
+failure midway leaves the old one intact; the commands keep an existing taskset unless ``--force``, and with
 ``--force`` replace only the splits they build (``prepare-aime`` the test split,
 ``prepare-data`` train/validation), keeping every other split and file there.
 """
@@ -43,10 +43,8 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import sys
-import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +57,7 @@ import pyarrow.parquet as pq
 
 from mathagent import __version__, paths
 from mathagent.answers import last_box
+from mathagent.outputs import OutputError, one_line, staged_output
 from mathagent.run_sync import run_sync
 
 # --------------------------------------------------------------------------------------
@@ -97,132 +96,6 @@ class TasksetError(ValueError):
 
 class HubUnavailable(RuntimeError):
     """The Hugging Face hub could not be reached; the message says what to pass instead."""
-
-
-class OutputError(ValueError):
-    """An output folder that is kept (it exists; no ``--force``) or could not be written.
-
-    The message is one line naming the folder; a failed write leaves the folder as it was.
-    """
-
-
-def _reason(exc: BaseException, limit: int = 200) -> str:
-    """An exception's message on one line, capped (for one-line error reports)."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-# --------------------------------------------------------------------------------------
-# Writing outputs without losing what is there
-# --------------------------------------------------------------------------------------
-
-
-def has_content(path: str | Path) -> bool:
-    """True when ``path`` exists and is a file or a non-empty folder."""
-    path = Path(path)
-    if path.is_dir():
-        return any(path.iterdir())
-    return path.exists() or path.is_symlink()
-
-
-def check_output(out: str | Path, force: bool) -> None:
-    """Raise :class:`OutputError` when ``out`` holds something and ``force`` is off.
-
-    An absent or empty folder is free to write (``paths.new_run_dir`` makes empty ones).
-    """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"{out}: exists and is not a folder; choose another --out")
-    if not force and has_content(out):
-        raise OutputError(f"{out}: already exists and is kept; pass --force to replace it, "
-                          "or choose another --out")
-
-
-def fresh_run_dir(kind: str) -> Path:
-    """An empty ``runs/<kind>/<timestamp>`` folder (suffixed ``-2``, ``-3``, ... when a run
-    of the same second already filled the plain name)."""
-    out = paths.new_run_dir(kind)
-    stamp, n = out.name, 2
-    while has_content(out):
-        out = paths.new_run_dir(kind, stamp=f"{stamp}-{n}")
-        n += 1
-    return out
-
-
-def _copy_entry(src: Path, dst: Path) -> None:
-    if src.is_symlink():
-        os.symlink(os.readlink(src), dst)
-    elif src.is_dir():
-        shutil.copytree(src, dst, symlinks=True)
-    else:
-        try:  # a hard link: instant, and the old folder goes away after the swap anyway
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-
-def swap_in(tmp: Path, out: Path) -> None:
-    """Put the finished folder ``tmp`` at ``out``; the old ``out`` goes only once it can
-    (renamed aside, then deleted after ``tmp`` is in place; put back if that rename fails)."""
-    if not out.exists():
-        os.rename(tmp, out)
-        return
-    if out.is_dir() and not any(out.iterdir()):
-        out.rmdir()
-        os.rename(tmp, out)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-    old.rmdir()
-    os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except BaseException:
-        os.rename(old, out)  # put the old output back
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def staged_output(out: str | Path, keep: Callable[[Path], bool] | None = None,
-                  ) -> Iterator[Path]:
-    """Write a folder's new contents into a temporary folder beside it, then swap it in.
-
-    Yields the temporary folder. When the block finishes, the temporary folder replaces
-    ``out`` (two renames on one file system; the old folder is removed last and put back
-    if the second rename fails). When the block raises, ``out`` is left exactly as it was
-    and the temporary folder is removed; an ``OSError`` (disk full, no permission) becomes
-    an :class:`OutputError` naming ``out``. Entries of the old ``out`` for which ``keep``
-    returns True are copied into the new folder first, so they survive the swap.
-    """
-    out = Path(out)
-    if out.is_symlink():  # replace the folder the link points at, and keep the link
-        out = out.resolve()
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"{out}: exists and is not a folder; choose another --out")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    except OSError as exc:
-        raise OutputError(f"{out}: cannot create the output folder ({_reason(exc)})") from exc
-    try:
-        tmp.chmod(0o755)  # mkdtemp makes it private
-        if keep is not None and out.is_dir():
-            for entry in sorted(out.iterdir()):
-                if keep(entry):
-                    _copy_entry(entry, tmp / entry.name)
-        yield tmp
-        swap_in(tmp, out)
-    except OSError as exc:
-        raise OutputError(f"{out}: writing failed ({_reason(exc)}); {out} was left as it "
-                          "was") from exc
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def rebase(files: Mapping[str, Path], tmp: Path, out: Path) -> dict[str, Path]:
-    """Paths written under the temporary folder ``tmp``, as they are under ``out`` after the
-    swap."""
-    return {k: out / Path(v).relative_to(tmp) for k, v in files.items()}
 
 
 def _as_table(data: Any) -> pa.Table:
@@ -332,7 +205,7 @@ def validate_taskset(data: Any, feature_keys: Sequence[str] = (), source: Any = 
 
 
 def _not_parquet(path: Path, exc: BaseException) -> TasksetError:
-    return TasksetError(f"{path}: not a readable parquet file ({_reason(exc)}); it may be "
+    return TasksetError(f"{path}: not a readable parquet file ({one_line(exc)}); it may be "
                         "truncated, corrupt or still downloading: fetch it again")
 
 
@@ -395,7 +268,7 @@ def load_taskset(path: str | Path, split: str = "train",
             ds = datasets.load_dataset("parquet", data_files={split: str(file)}, split=split)
     except Exception as exc:  # datasets wraps Arrow's errors in its own; report one line
         raise TasksetError(f"{file}: cannot be read as a taskset split ({type(exc).__name__}: "
-                           f"{_reason(exc)})") from exc
+                           f"{one_line(exc)})") from exc
     validate_taskset(ds, feature_keys, source=file)
     return ds
 
@@ -667,7 +540,7 @@ def _read_csv(path: Path) -> pa.Table:
     try:
         return pacsv.read_csv(path)
     except (pa.ArrowException, OSError) as exc:
-        raise TasksetError(f"{path}: not a readable CSV file ({_reason(exc)})") from exc
+        raise TasksetError(f"{path}: not a readable CSV file ({one_line(exc)})") from exc
 
 
 # --------------------------------------------------------------------------------------
@@ -1237,7 +1110,7 @@ def _fail(exc: Exception | str) -> int:
 def _arrow_failure(input_path: Any, exc: Exception) -> str:
     """One line for an Arrow error the checks above did not foresee (never a traceback)."""
     where = input_path if input_path is not None else "the downloaded input"
-    return f"{where}: cannot convert ({type(exc).__name__}: {_reason(exc)})"
+    return f"{where}: cannot convert ({type(exc).__name__}: {one_line(exc)})"
 
 
 def prepare_data_command(args: argparse.Namespace) -> int:
@@ -1705,7 +1578,7 @@ def write_arithmetic(out_dir: str | Path = paths.ARITHMETIC_DIR, n_train: int = 
                 try:
                     names = pq.read_schema(file).names
                 except (pa.ArrowException, OSError) as exc:
-                    raise OutputError(f"{file}: cannot be read ({_reason(exc)}), so it may hold "
+                    raise OutputError(f"{file}: cannot be read ({one_line(exc)}), so it may hold "
                                       "measured columns; pass --force to replace it") from exc
                 extra = [c for c in names if c not in GENERATOR_COLUMNS]
                 if extra:

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mathagent import cli, paths, tasks
+from mathagent import cli, outputs, paths, tasks
 
 FIXTURES = Path(__file__).parent / "fixtures"  # test-only inputs (broken files)
 AIME_JSONL = paths.SAMPLES_DIR / "aime_style.jsonl"
@@ -154,9 +154,9 @@ def test_library_calls_replace_by_default_and_refuse_when_asked(guru_parquet, tm
     out = tmp_path / "guru"
     tasks.prepare_guru(guru_parquet, out)
     tasks.prepare_guru(guru_parquet, out)  # notebooks re-run into their scratch folders
-    with pytest.raises(tasks.OutputError, match=r"guru: already holds a taskset .*--force"):
+    with pytest.raises(outputs.OutputError, match=r"guru: already holds a taskset .*--force"):
         tasks.prepare_guru(guru_parquet, out, force=False)
-    with pytest.raises(tasks.OutputError, match="already holds a taskset"):
+    with pytest.raises(outputs.OutputError, match="already holds a taskset"):
         tasks.save_taskset({"test": tasks.read_split(out)}, out, {}, force=False)
     # an empty folder (paths.new_run_dir makes those) is free to write
     (tmp_path / "empty").mkdir()
