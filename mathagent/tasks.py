@@ -31,9 +31,9 @@ truncated, corrupt, malformed csv/json) is one :class:`TasksetError` line naming
 
 Outputs are never lost silently: a taskset is written into a temporary folder beside its
 directory and swapped in when complete (:func:`mathagent.outputs.staged_output`), so a
-failure midway leaves the old one intact; the commands keep an existing taskset unless ``--force``, and with
-``--force`` replace only the splits they build (``prepare-aime`` the test split,
-``prepare-data`` train/validation), keeping every other split and file there.
+failure midway leaves the old one intact; the commands keep an existing taskset unless
+``--force``, and with ``--force`` replace only the splits they build (``prepare-aime`` the
+test split, ``prepare-data`` train/validation), keeping every other split and file there.
 """
 
 from __future__ import annotations
