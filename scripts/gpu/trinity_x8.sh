@@ -23,35 +23,18 @@ B=${B:-/root/bundle}            # bundle parts, then the unpacked site-packages
 W=${W:-/root/trinity_x8}        # model, project copy, runs, logs
 OUT=${OUT:-$W/out}
 RUNS="random difficulty"        # in this order; NAME runs configs/config_NAME_x8_arithmetic.yaml
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-log() { echo "[$(date +%H:%M:%S)] $*"; }
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+source scripts/gpu/common.sh
 
 case "${1:?usage: trinity_x8.sh part|start|wait|collect ...}" in
 part)
-  mkdir -p "$B"; cp "${2:?DIR}"/part?? "$B"/; [ -f "$2/SHA256SUMS" ] && cp "$2/SHA256SUMS" "$B"/
-  ls -la "$B" | tail -n +2
+  copy_part "${2:?DIR}"
   ;;
 start)
   if alive "$W/session.pid"; then echo "trinity_x8.sh: the runs are still going" >&2; exit 1; fi
   mkdir -p "$W"; rm -f "$W/session.pid"
   for name in $RUNS; do rm -f "$W/$name".{pid,rc,ended,t0}; done
-  t0=$(date +%s)
-  [ -d "$B/site" ] || bash scripts/gpu/install_bundle.sh "$B" "$B"
-  source "$B/env.sh"
-  # a copy of the project to run from, so the checkout can change while the runs go on
-  rm -rf "$W/proj"; mkdir -p "$W/proj"
-  tar --exclude=./.gpubundle --exclude=./.git --exclude=./.venv -cf - . | tar -xf - -C "$W/proj"
-  cd "$W/proj"
-  export PYTHONPATH="$W/proj:$PYTHONPATH"
-  [ -n "${SKIP_CHECK:-}" ] || python3 -c "import torch, transformers, vllm, trinity, verl, agentscope, ray; print('versions:', \
-torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__, \
-'ray', ray.__version__, 'agentscope', agentscope.__version__)"
+  setup
   log "GPUs: $(nvidia-smi -L | wc -l)"
-  [ -d "$W/model" ] || python3 -m mathagent export-model "$W/model" --gguf "$(ls "$B"/*.gguf)" \
-    2>&1 | grep -v "it/s" | tail -2
-  log "setup took $(( $(date +%s) - t0 )) s"
   setsid bash scripts/gpu/gpu_monitor.sh "$W/gpu" > /dev/null 2>&1 < /dev/null &
   # one head for both runs, offering every CPU and GPU of the machine
   python3 -m mathagent ray start --temp-dir /tmp/ray_x8 --state-file "$W/ray.json" \
@@ -106,18 +89,8 @@ collect)
   mkdir -p "$OUT"; spans=""
   for name in $RUNS; do
     [ -f "$W/$name.pid" ] || continue
-    d=$W/collect/$name; rm -rf "$d"; mkdir -p "$d"
-    job=$(find "$W/ckpt/$name" -name params.json -printf '%h\n' | head -1)
-    if [ -n "$job" ]; then
-      (cd "$job" && find . -path ./global_step_\* -prune -o -path ./buffer -prune -o -type f \
-        \( -name 'events.out.tfevents*' -o -name '*.yaml' -o -name '*.json' \) -size -8M -print \
-        | tar -cf - -T -) | tar -xf - -C "$d"
-    fi
-    cp "$W"/runs/$name/train/*/trinity_config.yaml "$d/launched_config.yaml" 2>/dev/null || true
-    tail -c 6000000 "$W/$name.log" > "$d/train.log"
-    span="$(cat "$W/$name.t0") $(stat -c %Y "$W/$name.log")"
-    echo "$span" > "$d/start_end_epoch.txt"; spans="$spans $name $span"
-    tar -czf "$OUT/$name.tgz" -C "$W/collect" "$name"
+    pack_run "$name"
+    spans="$spans $name $(cat "$W/collect/$name/start_end_epoch.txt")"
   done
   cp "$W/gpu.csv" "$OUT/" 2>/dev/null || true
   # GPU processes are the one head's workers and carry no run label: label each sample with

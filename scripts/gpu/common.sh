@@ -1,0 +1,48 @@
+# Shared by trinity_h200.sh and trinity_x8.sh (sourced from the repository root, after B, W
+# and OUT are set): the environment, the bundle's `part` step, the setup before the runs and
+# the packing of one run's results.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+log() { echo "[$(date +%H:%M:%S)] $*"; }
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# copy one bundle part (DIR/part?? and DIR/SHA256SUMS) to $B
+copy_part() {
+  mkdir -p "$B"; cp "${1:?DIR}"/part?? "$B"/; [ -f "$1/SHA256SUMS" ] && cp "$1/SHA256SUMS" "$B"/
+  ls -la "$B" | tail -n +2
+}
+
+# install the bundle (once), run from a copy of the project (so the checkout can change while
+# the runs go on: this changes the working directory), check the imports, export the model
+setup() {
+  local t0; t0=$(date +%s)
+  [ -d "$B/site" ] || bash scripts/gpu/install_bundle.sh "$B" "$B"
+  source "$B/env.sh"
+  rm -rf "$W/proj"; mkdir -p "$W/proj"
+  tar --exclude=./.gpubundle --exclude=./.git --exclude=./.venv -cf - . | tar -xf - -C "$W/proj"
+  cd "$W/proj"
+  export PYTHONPATH="$W/proj:$PYTHONPATH"
+  [ -n "${SKIP_CHECK:-}" ] || python3 -c "import torch, transformers, vllm, trinity, verl, agentscope, ray; print('versions:', \
+torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__, \
+'ray', ray.__version__, 'agentscope', agentscope.__version__)"
+  [ -d "$W/model" ] || python3 -m mathagent export-model "$W/model" --gguf "$(ls "$B"/*.gguf)" \
+    2>&1 | grep -v "it/s" | tail -2
+  log "setup took $(( $(date +%s) - t0 )) s"
+}
+
+# pack run NAME (event files, configs, meta files, the log, its start and end) into
+# $OUT/NAME.tgz
+pack_run() {
+  local name=$1 d=$W/collect/$1 job
+  rm -rf "$d"; mkdir -p "$d"
+  job=$(find "$W/ckpt/$name" -name params.json -printf '%h\n' | head -1)
+  if [ -n "$job" ]; then
+    (cd "$job" && find . -path ./global_step_\* -prune -o -path ./buffer -prune -o -type f \
+      \( -name 'events.out.tfevents*' -o -name '*.yaml' -o -name '*.json' \) -size -8M -print \
+      | tar -cf - -T -) | tar -xf - -C "$d"
+  fi
+  cp "$W"/runs/$name/train/*/trinity_config.yaml "$d/launched_config.yaml" 2>/dev/null || true
+  tail -c 6000000 "$W/$name.log" > "$d/train.log"
+  echo "$(cat "$W/$name.t0") $(stat -c %Y "$W/$name.log")" > "$d/start_end_epoch.txt"
+  tar -czf "$OUT/$name.tgz" -C "$W/collect" "$name"
+}
