@@ -425,23 +425,30 @@ def test_run_agent_refuses_to_overwrite_without_force(tmp_path, stand_in, capsys
     assert sorted(p.name for p in out.parent.iterdir()) == ["params.json", "results.csv"]
 
 
-def test_ctrl_c_saves_progress_and_exits_130(tmp_path, stand_in):
-    taskset = make_taskset(tmp_path / "toy")
-    side = tmp_path / "side"
-    stand_in.hold_after = 2             # the first task (2 rollouts) finishes, then it waits
-    proc = subprocess.Popen([sys.executable, "-m", "mathagent",
-                             *measure_args(taskset, side, stand_in.base_url)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def ctrl_c_when_held(args: list[str], stand_in, never: str) -> tuple[int, str]:
+    """Run ``python -m mathagent ARGS``, press Ctrl-C (SIGINT) once the stand-in server holds
+    a request, and return the exit code and stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "mathagent", *args], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert stand_in.holding.wait(timeout=240), "the measurement never reached task 2"
+        assert stand_in.holding.wait(timeout=240), never
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
     finally:
         stand_in.release.set()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130, err
+    return proc.returncode, err
+
+
+def test_ctrl_c_saves_progress_and_exits_130(tmp_path, stand_in):
+    taskset = make_taskset(tmp_path / "toy")
+    side = tmp_path / "side"
+    stand_in.hold_after = 2             # the first task (2 rollouts) finishes, then it waits
+    returncode, err = ctrl_c_when_held(measure_args(taskset, side, stand_in.base_url), stand_in,
+                                       "the measurement never reached task 2")
+    assert returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert error_lines(err)[-1] == (f"interrupted: progress saved in {side} (1 of 4 tasks "
                                     "done); rerun the same command to resume")
@@ -459,19 +466,9 @@ def test_ctrl_c_of_run_agent_keeps_the_old_output(tmp_path, stand_in):
     assert cli_main(agent_args(taskset, out, stand_in.base_url, "--limit", "1")) == 0
     old = {p.name: p.read_text() for p in out.parent.iterdir()}
     stand_in.hold_after = stand_in.requests          # the next run's requests wait
-    proc = subprocess.Popen([sys.executable, "-m", "mathagent",
-                             *agent_args(taskset, out, stand_in.base_url, "--force")],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert stand_in.holding.wait(timeout=240), "run-agent never sent a request"
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        stand_in.release.set()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, err
+    returncode, err = ctrl_c_when_held(agent_args(taskset, out, stand_in.base_url, "--force"),
+                                       stand_in, "run-agent never sent a request")
+    assert returncode == 130, err
     assert "Traceback" not in err
     assert error_lines(err)[-1] == (f"interrupted: nothing was written to {out.parent}; "
                                     "rerun to start over")
