@@ -176,6 +176,16 @@ def _resume(run_dir: Path):
     return t
 
 
+def _saved_at_1_advanced_to_2(run_dir: Path):
+    """A trainer with its step-1 checkpoint saved in ``run_dir`` and its state at step 2."""
+    run_dir.mkdir()
+    t = _trainer(run_dir)
+    _advance(t, 1)
+    t.save_checkpoint()
+    _advance(t, 2)
+    return t
+
+
 def test_a_kill_at_any_instant_of_a_save_leaves_a_complete_checkpoint(tmp_path, monkeypatch):
     ref = tmp_path / "ref"
     ref.mkdir()
@@ -190,12 +200,7 @@ def test_a_kill_at_any_instant_of_a_save_leaves_a_complete_checkpoint(tmp_path, 
     outcomes = set()
     for at in range(total):
         run = tmp_path / f"kill{at}"
-        run.mkdir()
-        t = _trainer(run)
-        _advance(t, 1)
-        t.save_checkpoint()
-        _advance(t, 2)
-        _save_killed(monkeypatch, t, at)
+        _save_killed(monkeypatch, _saved_at_1_advanced_to_2(run), at)
         resumed = _resume(run)  # cleans up, takes the newest complete checkpoint
         snap = one if resumed.step_count == 1 else two
         _assert_state(resumed, snap)
@@ -209,21 +214,10 @@ def test_a_kill_at_any_instant_of_a_save_leaves_a_complete_checkpoint(tmp_path, 
 
 def test_a_kill_during_the_cleanup_of_a_resume_is_cleaned_up_the_same_way(tmp_path,
                                                                           monkeypatch):
-    ref = tmp_path / "ref"
-    ref.mkdir()
-    t = _trainer(ref)
-    _advance(t, 1)
-    t.save_checkpoint()
-    _advance(t, 2)
-    total = _save_killed(monkeypatch, t, None)
+    total = _save_killed(monkeypatch, _saved_at_1_advanced_to_2(tmp_path / "ref"), None)
     for at in range(total):
         state = tmp_path / f"state{at}"
-        state.mkdir()
-        t = _trainer(state)
-        _advance(t, 1)
-        t.save_checkpoint()
-        _advance(t, 2)
-        _save_killed(monkeypatch, t, at)
+        _save_killed(monkeypatch, _saved_at_1_advanced_to_2(state), at)
         clean = tmp_path / "clean"
         shutil.copytree(state, clean)
         expected = _resume(clean).step_count
