@@ -75,7 +75,8 @@ def reference(tmp_path_factory):
                           env=_env(folder), capture_output=True, text=True,
                           timeout=RUN_TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-2000:]
-    return out
+    yield out
+    shutil.rmtree(folder)  # its checkpoint is 1.6 GB, not kept once the module is done
 
 
 def _comparable(csv: Path) -> pd.DataFrame:

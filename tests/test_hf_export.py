@@ -10,7 +10,9 @@ float32 ones rounded.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,21 +40,23 @@ def reference():
 
 
 @pytest.fixture(scope="module")
-def fp32_export(tmp_path_factory, umask_022) -> Path:
+def fp32_export(tmp_path_factory, umask_022) -> Iterator[Path]:
     """A float32 export over an existing folder (force=True replaces it)."""
     out = tmp_path_factory.mktemp("fp32") / "smollm2"
     out.mkdir()
     (out / "stale.txt").write_text("from an earlier export")
     assert export_hf(out, dtype="float32", force=True) == out
-    return out
+    yield out
+    shutil.rmtree(out.parent)  # 540 MB, not kept once the module is done
 
 
 @pytest.fixture(scope="module")
-def bf16_export(tmp_path_factory, umask_022) -> Path:
+def bf16_export(tmp_path_factory, umask_022) -> Iterator[Path]:
     """The default (bfloat16) export into a folder whose parent does not exist yet."""
     out = tmp_path_factory.mktemp("bf16") / "models" / "smollm2"
     assert export_hf(out) == out
-    return out
+    yield out
+    shutil.rmtree(out.parent.parent)
 
 
 def logits(model, tokenizer) -> torch.Tensor:
