@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mathagent import tasks
@@ -36,7 +37,7 @@ def synthetic_guru(rows: int, seed: int = 0) -> pa.Table:
     src = np.where(rng.random(rows) < 0.02, rng.integers(0, rows, rows), np.arange(rows))
     text = pa.array([f"Problem {s}: what is {x} + {y}? Explain." for s, x, y
                      in zip(src, a[src], b[src], strict=True)])
-    content = tasks.pc.binary_join_element_wise(
+    content = pc.binary_join_element_wise(
         text, pa.scalar(tasks.BOXED_SENTENCE), " ")
     messages = pa.StructArray.from_arrays([pa.array(["user"] * rows), content],
                                           names=["role", "content"])

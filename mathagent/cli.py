@@ -1,7 +1,8 @@
 """``python -m mathagent <command>``: a thin front end over the package's modules.
 
-Each command lives in the module that owns its logic, as two functions named after
-the command (dashes become underscores):
+Each command lives beside the logic it runs (a package's ``commands`` module, or the module
+itself for the small ones), as two functions named after the command (dashes become
+underscores):
 
     def prepare_data_parser(parser: argparse.ArgumentParser) -> None: ...
     def prepare_data_command(args: argparse.Namespace) -> int: ...
@@ -19,17 +20,17 @@ import sys
 # command -> (owning module, one-line help). Keep in the order a user meets them.
 COMMANDS: dict[str, tuple[str, str]] = {
     "tutorial": ("mathagent.tutorial", "Run the notebooks in order and summarise what ran."),
-    "prepare-data": ("mathagent.tasks", "Convert guru-RL-92k math rows into a taskset."),
-    "prepare-aime": ("mathagent.tasks", "Build the AIME-24 eval set from a local file or the hub."),
-    "generate-arithmetic": ("mathagent.tasks", "Generate the bundled arithmetic taskset."),
-    "serve": ("mathagent.serving", "Serve the bundled model behind an OpenAI-compatible API."),
-    "run-agent": ("mathagent.rollouts", "Run the ReAct agent and judge over tasks."),
-    "measure-pass-rates": ("mathagent.rollouts", "Measure per-task pass rates into a feature column."),
-    "simulate": ("mathagent.simulation", "Run the simulated selector sweep."),
-    "ray": ("mathagent.launch", "Start, stop or inspect a local Ray head."),
+    "prepare-data": ("mathagent.tasks.commands", "Convert guru-RL-92k math rows into a taskset."),
+    "prepare-aime": ("mathagent.tasks.commands", "Build the AIME-24 eval set from a local file or the hub."),
+    "generate-arithmetic": ("mathagent.tasks.commands", "Generate the bundled arithmetic taskset."),
+    "serve": ("mathagent.serving.commands", "Serve the bundled model behind an OpenAI-compatible API."),
+    "run-agent": ("mathagent.rollouts.commands", "Run the ReAct agent and judge over tasks."),
+    "measure-pass-rates": ("mathagent.rollouts.commands", "Measure per-task pass rates into a feature column."),
+    "simulate": ("mathagent.simulation.commands", "Run the simulated selector sweep."),
+    "ray": ("mathagent.launch.commands", "Start, stop or inspect a local Ray head."),
     "export-model": ("mathagent.hf_export", "Write the bundled model as a Hugging Face folder."),
-    "train": ("mathagent.launch", "Preflight and launch Trinity-RFT training (GPU)."),
-    "train-local": ("mathagent.grpo", "Tutorial-scale GRPO on the bundled model (CPU or one GPU)."),
+    "train": ("mathagent.launch.commands", "Preflight and launch Trinity-RFT training (GPU)."),
+    "train-local": ("mathagent.grpo.commands", "Tutorial-scale GRPO on the bundled model (CPU or one GPU)."),
     "plot": ("mathagent.results", "Read run folders and draw the results figures."),
 }
 

@@ -7,6 +7,10 @@
 #                                                    DIR/SHA256SUMS) to $B
 #   bash scripts/gpu/trinity_h200.sh start RUN...    install the bundle, export the model, then
 #                                                    per RUN: a Ray head and a detached `train`
+#   bash scripts/gpu/trinity_h200.sh experiment SEED...
+#                                                    `start` for the 40-step experiment of
+#                                                    results/trinity_h200/: per SEED, random and
+#                                                    difficulty_based with EXPERIMENT_ARGS
 #   bash scripts/gpu/trinity_h200.sh wait SECONDS    follow the runs until all end or SECONDS pass
 #   bash scripts/gpu/trinity_h200.sh collect         pack each run's event files, configs and logs
 #                                                    into $OUT (default $W/out)
@@ -21,6 +25,13 @@ B=${B:-/root/bundle}            # bundle parts, then the unpacked site-packages
 W=${W:-/root/trinity}           # model, project copy, runs, logs
 OUT=${OUT:-$W/out}
 source scripts/gpu/common.sh
+# The experiment's settings, the same in every stretch of GPU time: 40 steps, evaluation on the
+# held-out split at step 0 and every 10 steps (tune() takes the interval from the tuner block),
+# and one seed for the selector's sampling and vLLM's sampling.
+EXPERIMENT_ARGS="buffer.total_steps=40 tuner.algorithm.eval_interval_steps=10"
+seed_args() {
+  echo "buffer.explorer_input.taskset.data_selector.seed=$1 explorer.rollout_model.seed=$1"
+}
 
 case "${1:?usage: trinity_h200.sh part|start|wait|collect ...}" in
 part)
@@ -43,6 +54,16 @@ start)
 --compare none ${TRAIN_ARGS:-} ${!own:-}" > "$W/$name.log" 2>&1 < /dev/null &
     log "started $name ($config)"
   done
+  ;;
+experiment)
+  shift; specs=()
+  for seed in "${@:?SEED...}"; do
+    for sel in random difficulty; do
+      export "ARGS_${sel}_seed$seed=$(seed_args "$seed")"
+      specs+=("${sel}_seed$seed=configs/config_${sel}_arithmetic.yaml")
+    done
+  done
+  TRAIN_ARGS="$EXPERIMENT_ARGS ${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
   ;;
 wait)
   limit=${2:?SECONDS}; t0=$(date +%s); declare -A last

@@ -1,0 +1,136 @@
+"""The ``prepare-data``, ``prepare-aime`` and ``generate-arithmetic`` commands.
+
+Each command's settings are its options dataclass (:class:`GuruOptions`,
+:class:`AimeOptions`, :class:`ArithmeticOptions`); their flags are derived from the fields.
+A failure is one ``error:`` line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from mathagent import paths
+from mathagent.outputs import OutputError, one_line
+from mathagent.settings import SettingsError, add_flags, from_flags
+from mathagent.tasks.aime import AIME_REPO, AimeOptions, prepare_aime
+from mathagent.tasks.arithmetic import ArithmeticOptions, write_arithmetic
+from mathagent.tasks.guru import GURU_PASS_RATE_KEYS, GuruOptions, prepare_guru
+from mathagent.tasks.hub import HubUnavailable
+from mathagent.tasks.report import format_report
+from mathagent.tasks.schema import TasksetError
+
+
+def prepare_data_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", type=Path, metavar="PATH",
+                        help="local copy of guru's train/math__combined_54.4k.parquet (or a "
+                             "jsonl in the same raw schema); default: download from the hub")
+    parser.add_argument("--out", type=Path, default=paths.GURU_DIR, metavar="DIR",
+                        help="taskset directory to write (default: %(default)s)")
+    add_flags(parser, GuruOptions)
+    # Three settings of GuruOptions keep flags of their own: the two column lists may be
+    # given empty (--pass-rate-columns alone keeps none; a derived list flag needs at least
+    # one value), and --keep-duplicates turns drop_duplicates off.
+    parser.add_argument("--pass-rate-columns", nargs="*", default=list(GURU_PASS_RATE_KEYS),
+                        metavar="COL", help="pass-rate columns to keep, weak model first "
+                                            "(default: %(default)s)")
+    parser.add_argument("--keep-duplicates", action="store_true",
+                        help="keep exact-duplicate questions (they are reported either way)")
+    parser.add_argument("--keep-columns", nargs="*", default=[], metavar="COL",
+                        help="further raw columns to copy through")
+    parser.add_argument("--hub-timeout", type=float, default=10.0, metavar="S",
+                        help="seconds to wait for the hub (default: %(default)s)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the train/validation splits of an existing taskset in "
+                             "--out (a test split there is kept)")
+
+
+def _fail(exc: Exception | str) -> int:
+    print("error: " + " ".join(str(exc).splitlines()), file=sys.stderr)
+    return 2
+
+
+def _arrow_failure(input_path: Any, exc: Exception) -> str:
+    """One line for an Arrow error the checks above did not foresee (never a traceback)."""
+    where = input_path if input_path is not None else "the downloaded input"
+    return f"{where}: cannot convert ({type(exc).__name__}: {one_line(exc)})"
+
+
+def prepare_data_command(args: argparse.Namespace) -> int:
+    try:
+        options = replace(from_flags(GuruOptions, args),
+                          pass_rate_columns=tuple(args.pass_rate_columns),
+                          drop_duplicates=not args.keep_duplicates,
+                          keep_columns=tuple(args.keep_columns))
+        report = prepare_guru(args.input, args.out, options, hub_timeout=args.hub_timeout,
+                              progress=True, force=args.force)
+    except (TasksetError, HubUnavailable, OutputError, SettingsError) as exc:
+        return _fail(exc)
+    except pa.ArrowException as exc:
+        return _fail(_arrow_failure(args.input, exc))
+    print(format_report(report))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def prepare_aime_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", type=Path, metavar="PATH",
+                        help="local jsonl/parquet/csv with problem and answer columns; "
+                             "default: download from the hub")
+    parser.add_argument("--out", type=Path, default=paths.AIME24_DIR, metavar="DIR",
+                        help="taskset directory; the split is test (default: %(default)s)")
+    # the column settings' help says what their unset default does
+    add_flags(parser, AimeOptions, show_defaults=False)
+    # --keep-duplicates turns AimeOptions.drop_duplicates off
+    parser.add_argument("--keep-duplicates", action="store_true",
+                        help="keep exact-duplicate problems (reported either way)")
+    parser.add_argument("--hub-repo", default=AIME_REPO,
+                        help="hub dataset repo to download (default: %(default)s)")
+    parser.add_argument("--hub-timeout", type=float, default=10.0, metavar="S",
+                        help="seconds to wait for the hub (default: %(default)s)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the test split of an existing taskset in --out (other "
+                             "splits there are kept)")
+
+
+def prepare_aime_command(args: argparse.Namespace) -> int:
+    try:
+        options = replace(from_flags(AimeOptions, args),
+                          drop_duplicates=not args.keep_duplicates)
+        report = prepare_aime(args.input, args.out, options, hub_repo=args.hub_repo,
+                              hub_timeout=args.hub_timeout, force=args.force)
+    except (TasksetError, HubUnavailable, OutputError, SettingsError) as exc:
+        return _fail(exc)
+    except pa.ArrowException as exc:
+        return _fail(_arrow_failure(args.input, exc))
+    print(format_report(report))
+    print(f"wrote {args.out / 'test.parquet'}")
+    return 0
+
+
+def generate_arithmetic_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=paths.ARITHMETIC_DIR, metavar="DIR",
+                        help="taskset directory (default: %(default)s)")
+    add_flags(parser, ArithmeticOptions)
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite a taskset that already has measured columns")
+
+
+def generate_arithmetic_command(args: argparse.Namespace) -> int:
+    try:
+        options = from_flags(ArithmeticOptions, args)
+        splits = write_arithmetic(args.out, options.n_train, options.n_test, options.seed,
+                                  force=args.force, progress=True)
+    except (TasksetError, OutputError, SettingsError) as exc:
+        return _fail(exc)
+    for split, frame in splits.items():
+        levels = frame["difficulty"].value_counts().sort_index()
+        print(f"{split}: {len(frame)} tasks; by difficulty "
+              + ", ".join(f"{k}: {v}" for k, v in levels.items()))
+    print(f"wrote {args.out}")
+    return 0
