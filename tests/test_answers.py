@@ -1,14 +1,11 @@
-"""The two small helpers shared by the data readers, the judge and the rollout runner."""
+"""mathagent.answers: where a final answer sits, shared by the data readers and the judge."""
 
 from __future__ import annotations
-
-import asyncio
 
 import pytest
 
 from mathagent.answers import last_box
 from mathagent.judge import extract_answer
-from mathagent.run_sync import run_sync
 from mathagent.tasks import normalize_answer
 
 
@@ -30,16 +27,3 @@ def test_a_replys_box_and_a_taskset_cell_unwrap_alike():
         assert normalize_answer(text) == extract_answer(text) == inner
     assert normalize_answer("$\\boxed{033}$") == "33"
     assert normalize_answer("#### 7") == "7"
-
-
-def test_run_sync_outside_and_inside_a_running_loop():
-    async def value(x):
-        await asyncio.sleep(0)
-        return x * 2
-
-    assert run_sync(value(3)) == 6
-
-    async def caller():  # as in a Jupyter cell: a loop already runs in this thread
-        return run_sync(value(5))
-
-    assert asyncio.run(caller()) == 10
