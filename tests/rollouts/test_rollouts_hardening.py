@@ -425,11 +425,18 @@ def test_run_agent_refuses_to_overwrite_without_force(tmp_path, stand_in, capsys
     assert sorted(p.name for p in out.parent.iterdir()) == ["params.json", "results.csv"]
 
 
+def _ctrl_c_reaches_it() -> None:
+    """A child's Ctrl-C as in a terminal: a test run started in the background of a shell
+    ignores SIGINT, and its children would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def ctrl_c_when_held(args: list[str], stand_in, never: str) -> tuple[int, str]:
     """Run ``python -m mathagent ARGS``, press Ctrl-C (SIGINT) once the stand-in server holds
     a request, and return the exit code and stderr."""
     proc = subprocess.Popen([sys.executable, "-m", "mathagent", *args], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ctrl_c_reaches_it)
     try:
         assert stand_in.holding.wait(timeout=240), never
         proc.send_signal(signal.SIGINT)

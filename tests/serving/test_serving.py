@@ -234,7 +234,8 @@ def test_server_dies_with_its_owner(tmp_path):
 def test_serve_command_prints_url_and_stops_on_ctrl_c():
     proc = subprocess.Popen([sys.executable, "-m", "mathagent", "serve", "--n-ctx", "256"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).resolve().parents[2])
+                            cwd=Path(__file__).resolve().parents[2],
+                            preexec_fn=_ctrl_c_reaches_it)
     try:
         url = None
         deadline = time.monotonic() + 120
@@ -346,12 +347,19 @@ def test_port_taken_after_the_check_is_not_mistaken_for_ours(monkeypatch, tmp_pa
     assert server_processes() <= before
 
 
+def _ctrl_c_reaches_it() -> None:
+    """A child's Ctrl-C as in a terminal: a test run started in the background of a shell
+    ignores SIGINT, and its children would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def serve_in(tmp: Path) -> tuple[subprocess.Popen, Path]:
     """`python -m mathagent serve` with its temp dir in ``tmp``; returns it and its log."""
     proc = subprocess.Popen([sys.executable, "-m", "mathagent", "serve", "--n-ctx", "256"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             cwd=Path(__file__).resolve().parents[2],
-                            env={**os.environ, "TMPDIR": str(tmp)})
+                            env={**os.environ, "TMPDIR": str(tmp)},
+                            preexec_fn=_ctrl_c_reaches_it)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
