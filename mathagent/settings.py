@@ -44,21 +44,29 @@ class _Meta:
     choices: tuple | None
     metavar: str | None
     to_value: Callable[[Any], Any] | None
+    nargs: str | None
+    invert: bool
+    flag_help: str | None
 
 
 def setting(default: Any = dataclasses.MISSING, *, help: str,  # noqa: A002 (argparse's name)
             flag: str | bool = False, choices: Sequence | None = None,
             metavar: str | None = None, to_value: Callable[[Any], Any] | None = None,
+            nargs: str | None = None, invert: bool = False, flag_help: str | None = None,
             default_factory: Callable[[], Any] | Any = dataclasses.MISSING) -> Any:
     """A dataclass field with its help text and, if ``flag``, its command-line option.
 
     ``flag=True`` names the option after the field (``max_tasks`` -> ``--max-tasks``); a string
     names it. ``choices`` are checked by :func:`load` as well as by argparse. ``to_value``
     converts what the flag received into the field's value (minutes into seconds, say).
+    ``nargs="*"`` lets a list flag be given with no values (an empty list). ``invert`` makes
+    the flag of a bool field a switch that turns it off (``--keep-duplicates`` for
+    ``drop_duplicates``), with ``flag_help`` as its help.
     """
     name = None if flag is False else flag if isinstance(flag, str) else True
     meta = _Meta(help=help, flag=name, choices=tuple(choices) if choices else None,
-                 metavar=metavar, to_value=to_value)
+                 metavar=metavar, to_value=to_value, nargs=nargs, invert=invert,
+                 flag_help=flag_help)
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata={_META: meta})
     return dataclasses.field(default=default, metadata={_META: meta})
@@ -137,7 +145,19 @@ def load(schema: type[T], source: str | os.PathLike | Mapping | None = None,
         except AttributeError:  # a key below a scalar
             raise SettingsError(f"{where}: override {key}: no such setting") from None
     _check_choices(schema, cfg, where)
-    return OmegaConf.to_object(cfg)
+    return _restore_tuples(OmegaConf.to_object(cfg))
+
+
+def _restore_tuples(obj: Any) -> Any:
+    """OmegaConf gives tuple fields back as lists; make them the tuples they are declared."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            _restore_tuples(value)
+        elif typing.get_origin(hints[f.name]) is tuple and isinstance(value, list):
+            object.__setattr__(obj, f.name, tuple(value))  # frozen dataclasses too
+    return obj
 
 
 def _split_override(text: str, where: str) -> tuple[str, Any]:
@@ -204,9 +224,15 @@ def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, schema:
         if meta is None or meta.flag is None:
             continue
         scalar, extra = _argparse_type(kind)
+        if meta.nargs and extra:
+            extra = {**extra, "nargs": meta.nargs}
         text = meta.help + (f" ({_default_text(f)})" if show_defaults else "")
         kwargs: dict[str, Any] = {"dest": _dest(key), "default": None, "help": text}
-        if scalar is bool and not extra:
+        if meta.invert:
+            if scalar is not bool or extra:
+                raise TypeError(f"setting {key}: invert=True needs a bool field")
+            kwargs.update(action="store_const", const=False, help=meta.flag_help or meta.help)
+        elif scalar is bool and not extra:
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
             kwargs.update(type=scalar, **extra)

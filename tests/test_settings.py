@@ -76,3 +76,22 @@ def test_flags_come_from_the_fields():
     assert flag_overrides(parser.parse_args([]), Outer) == {}
     with pytest.raises(SystemExit):
         parser.parse_args(["--device", "tpu"])
+
+
+@dataclass
+class Columns:
+    keep: tuple[str, ...] = setting(("a", "b"), flag=True, nargs="*", help="columns to keep")
+    drop_duplicates: bool = setting(True, flag="--keep-duplicates", invert=True,
+                                    help="drop duplicates", flag_help="keep duplicates")
+
+
+def test_empty_lists_inverted_switches_and_tuples():
+    parser = argparse.ArgumentParser()
+    add_flags(parser, Columns)
+    assert "keep duplicates" in parser.format_help()
+    assert "--no-keep-duplicates" not in parser.format_help()
+    cfg = from_flags(Columns, parser.parse_args(["--keep", "--keep-duplicates"]))
+    assert cfg.keep == () and cfg.drop_duplicates is False  # a tuple field stays a tuple
+    cfg = from_flags(Columns, parser.parse_args([]))
+    assert cfg.keep == ("a", "b") and cfg.drop_duplicates is True
+    assert load(Columns, None, {"keep": ["x"]}).keep == ("x",)

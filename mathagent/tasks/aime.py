@@ -101,7 +101,9 @@ class AimeOptions:
     id_column: str | None = setting(None, flag=True, metavar="NAME",
                                     help="problem id column (optional)")
     drop_duplicates: bool = setting(
-        True, help="drop later copies of an exact-duplicate problem (reported either way)")
+        True, flag="--keep-duplicates", invert=True,
+        help="drop later copies of an exact-duplicate problem (reported either way)",
+        flag_help="keep exact-duplicate problems (reported either way)")
 
 
 def convert_aime(table: pa.Table, options: AimeOptions | None = None,

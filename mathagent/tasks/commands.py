@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from mathagent.outputs import OutputError, one_line
 from mathagent.settings import SettingsError, add_flags, from_flags
 from mathagent.tasks.aime import AIME_REPO, AimeOptions, prepare_aime
 from mathagent.tasks.arithmetic import ArithmeticOptions, write_arithmetic
-from mathagent.tasks.guru import GURU_PASS_RATE_KEYS, GuruOptions, prepare_guru
+from mathagent.tasks.guru import GuruOptions, prepare_guru
 from mathagent.tasks.hub import HubUnavailable
 from mathagent.tasks.report import format_report
 from mathagent.tasks.schema import TasksetError
@@ -33,16 +32,6 @@ def prepare_data_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=paths.GURU_DIR, metavar="DIR",
                         help="taskset directory to write (default: %(default)s)")
     add_flags(parser, GuruOptions)
-    # Three settings of GuruOptions keep flags of their own: the two column lists may be
-    # given empty (--pass-rate-columns alone keeps none; a derived list flag needs at least
-    # one value), and --keep-duplicates turns drop_duplicates off.
-    parser.add_argument("--pass-rate-columns", nargs="*", default=list(GURU_PASS_RATE_KEYS),
-                        metavar="COL", help="pass-rate columns to keep, weak model first "
-                                            "(default: %(default)s)")
-    parser.add_argument("--keep-duplicates", action="store_true",
-                        help="keep exact-duplicate questions (they are reported either way)")
-    parser.add_argument("--keep-columns", nargs="*", default=[], metavar="COL",
-                        help="further raw columns to copy through")
     parser.add_argument("--hub-timeout", type=float, default=10.0, metavar="S",
                         help="seconds to wait for the hub (default: %(default)s)")
     parser.add_argument("--force", action="store_true",
@@ -63,10 +52,7 @@ def _arrow_failure(input_path: Any, exc: Exception) -> str:
 
 def prepare_data_command(args: argparse.Namespace) -> int:
     try:
-        options = replace(from_flags(GuruOptions, args),
-                          pass_rate_columns=tuple(args.pass_rate_columns),
-                          drop_duplicates=not args.keep_duplicates,
-                          keep_columns=tuple(args.keep_columns))
+        options = from_flags(GuruOptions, args)
         report = prepare_guru(args.input, args.out, options, hub_timeout=args.hub_timeout,
                               progress=True, force=args.force)
     except (TasksetError, HubUnavailable, OutputError, SettingsError) as exc:
@@ -86,9 +72,6 @@ def prepare_aime_parser(parser: argparse.ArgumentParser) -> None:
                         help="taskset directory; the split is test (default: %(default)s)")
     # the column settings' help says what their unset default does
     add_flags(parser, AimeOptions, show_defaults=False)
-    # --keep-duplicates turns AimeOptions.drop_duplicates off
-    parser.add_argument("--keep-duplicates", action="store_true",
-                        help="keep exact-duplicate problems (reported either way)")
     parser.add_argument("--hub-repo", default=AIME_REPO,
                         help="hub dataset repo to download (default: %(default)s)")
     parser.add_argument("--hub-timeout", type=float, default=10.0, metavar="S",
@@ -100,8 +83,7 @@ def prepare_aime_parser(parser: argparse.ArgumentParser) -> None:
 
 def prepare_aime_command(args: argparse.Namespace) -> int:
     try:
-        options = replace(from_flags(AimeOptions, args),
-                          drop_duplicates=not args.keep_duplicates)
+        options = from_flags(AimeOptions, args)
         report = prepare_aime(args.input, args.out, options, hub_repo=args.hub_repo,
                               hub_timeout=args.hub_timeout, force=args.force)
     except (TasksetError, HubUnavailable, OutputError, SettingsError) as exc:

@@ -65,7 +65,8 @@ class GuruOptions:
     """
 
     pass_rate_columns: tuple[str, ...] = setting(
-        GURU_PASS_RATE_KEYS, help="pass-rate columns to keep, weak model first")
+        GURU_PASS_RATE_KEYS, flag=True, nargs="*", metavar="COL",
+        help="pass-rate columns to keep, weak model first (none: a file without pass rates)")
     missing_pass_rate: str = setting(
         "drop", flag=True, choices=MISSING_PASS_RATE_POLICIES,
         help="rows with a NaN/missing pass rate: drop them, or impute the column's mean/median "
@@ -73,11 +74,14 @@ class GuruOptions:
     fill_value: float | None = setting(
         None, flag=True, metavar="P", help="the value for --missing-pass-rate constant, in [0, 1]")
     drop_duplicates: bool = setting(
-        True, help="drop later copies of an exact-duplicate question (reported either way)")
+        True, flag="--keep-duplicates", invert=True,
+        help="drop later copies of an exact-duplicate question (reported either way)",
+        flag_help="keep exact-duplicate questions (they are reported either way)")
     val_fraction: float = setting(0.0, flag=True, metavar="F",
                                   help="share of rows for a validation split")
     seed: int = setting(0, flag=True, metavar="SEED", help="seed of the split")
-    keep_columns: tuple[str, ...] = setting((), help="further raw columns to copy through")
+    keep_columns: tuple[str, ...] = setting((), flag=True, nargs="*", metavar="COL",
+                                            help="further raw columns to copy through")
 
     def check(self) -> None:
         if self.missing_pass_rate not in MISSING_PASS_RATE_POLICIES:
