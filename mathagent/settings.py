@@ -209,7 +209,7 @@ def _default_text(f: dataclasses.Field) -> str:
         return "required"
     if isinstance(value, list | tuple):
         value = " ".join(map(str, value)) or "none"
-    return f"default {value}"
+    return f"default: {value}"
 
 
 def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, schema: type,

@@ -67,7 +67,7 @@ def test_flags_come_from_the_fields():
                  "--no-lenient"):
         assert flag in text
     assert "--lr" not in text  # a field without a flag is a file setting only
-    assert "total steps (default 60)" in " ".join(text.split())
+    assert "total steps (default: 60)" in " ".join(text.split())
     args = parser.parse_args(["--steps", "3", "--limit", "2", "--keys", "p", "q", "--no-lenient"])
     assert flag_overrides(args, Outer) == {"inner.steps": 3, "inner.limit_s": 120.0,
                                            "keys": ["p", "q"], "lenient": False}
