@@ -54,8 +54,6 @@ Modules:
 
 from __future__ import annotations
 
-# mathagent.paths, also reachable here as mathagent.tasks.paths
-from mathagent import paths
 from mathagent.tasks.aime import AimeOptions, convert_aime, normalize_answer, prepare_aime
 from mathagent.tasks.arithmetic import (
     ARITHMETIC_FEATURE_KEYS,
@@ -120,7 +118,7 @@ __all__ = [
     "generate_arithmetic_command", "generate_arithmetic_parser", "GENERATOR_COLUMNS", "GURU_FILE",
     "GURU_PASS_RATE_KEYS", "GURU_REPO", "GuruOptions", "hub_offline", "HubUnavailable",
     "informative_probability", "level_counts", "level_table", "load_taskset", "normalize_answer",
-    "pass_rate_columns", "pass_rate_summary", "pass_rate_values", "paths", "prepare_aime",
+    "pass_rate_columns", "pass_rate_summary", "pass_rate_values", "prepare_aime",
     "prepare_aime_command", "prepare_aime_parser", "prepare_data_command", "prepare_data_parser",
     "prepare_guru", "probe_hub", "raw_prompt_text", "read_provenance", "read_raw_table",
     "read_split", "read_with_trinity", "reference_tasksets", "save_taskset", "sha256_file",

@@ -684,7 +684,7 @@ def test_sigkilled_ray_fanout_leaves_no_ray_processes(tmp_path):
     import psutil
 
     proc = subprocess.Popen([sys.executable, "-c", _FANOUT_DRIVER], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, cwd=tasks.paths.REPO_ROOT)
+                            stderr=subprocess.DEVNULL, text=True, cwd=REPO)
     try:
         line = ""
         deadline = time.monotonic() + 300
