@@ -35,7 +35,8 @@ torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__vers
 pack_run() {
   local name=$1 d=$W/collect/$1 job
   rm -rf "$d"; mkdir -p "$d"
-  job=$(find "$W/ckpt/$name" -name params.json -printf '%h\n' | head -1)
+  # a run that stopped before Trinity made its folders has none
+  job=$(find "$W/ckpt/$name" -name params.json -printf '%h\n' 2>/dev/null | head -1 || true)
   if [ -n "$job" ]; then
     (cd "$job" && find . -path ./global_step_\* -prune -o -path ./buffer -prune -o -type f \
       \( -name 'events.out.tfevents*' -o -name '*.yaml' -o -name '*.json' \) -size -8M -print \

@@ -10,7 +10,11 @@
 #   bash scripts/gpu/trinity_h200.sh experiment SEED...
 #                                                    `start` for the 40-step experiment of
 #                                                    results/trinity_h200/: per SEED, random and
-#                                                    difficulty_based with EXPERIMENT_ARGS
+#                                                    difficulty_based with EXPERIMENT_ARGS; then,
+#                                                    detached, `local SEED...` (LOCAL=0: not)
+#   bash scripts/gpu/trinity_h200.sh local SEED...   once no Trinity run is alive: train-local
+#                                                    with configs/train_local_trinity.yaml, both
+#                                                    selectors, per SEED (scripts/gpu/train_runs.py)
 #   bash scripts/gpu/trinity_h200.sh wait SECONDS    follow the runs until all end or SECONDS pass
 #   bash scripts/gpu/trinity_h200.sh collect         pack each run's event files, configs and logs
 #                                                    into $OUT (default $W/out)
@@ -27,8 +31,10 @@ OUT=${OUT:-$W/out}
 source scripts/gpu/common.sh
 # The experiment's settings, the same in every stretch of GPU time: 40 steps, evaluation on the
 # held-out split at step 0 and every 10 steps (tune() takes the interval from the tuner block),
-# and one seed for the selector's sampling and vLLM's sampling.
-EXPERIMENT_ARGS="buffer.total_steps=40 tuner.algorithm.eval_interval_steps=10"
+# vLLM with torch.compile and CUDA graphs (the configs' enforce_eager: true decodes at about
+# 20 ms a step, the rollout phase's floor), and one seed for the selector's and vLLM's sampling.
+EXPERIMENT_ARGS="buffer.total_steps=40 tuner.algorithm.eval_interval_steps=10 \
+explorer.rollout_model.enforce_eager=false"
 seed_args() {
   echo "buffer.explorer_input.taskset.data_selector.seed=$1 explorer.rollout_model.seed=$1"
 }
@@ -45,6 +51,8 @@ start)
     name=${spec%%=*}; config=${spec#*=}
     export MATHAGENT_RUN_LABEL=$name MATHAGENT_RUNS=$W/runs/$name
     export TRINITY_CHECKPOINT_ROOT_DIR=$W/ckpt/$name TRINITY_MODEL_PATH=$W/model
+    # vLLM's compile cache per run: runs compiling at the same time do not share files
+    export VLLM_CACHE_ROOT=$W/vllm_cache/$name
     python3 -m mathagent ray start --temp-dir "/tmp/ray_$name" \
       --object-store-memory $((4 * 1024**3)) 2>&1 | grep -v "starting Ray head" | tail -2
     date +%s > "$W/$name.t0"
@@ -64,6 +72,27 @@ experiment)
     done
   done
   TRAIN_ARGS="$EXPERIMENT_ARGS ${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
+  if [ "${LOCAL:-1}" != 0 ]; then
+    setsid bash "$0" local "$@" > "$W/local.out" 2>&1 < /dev/null &
+    log "train-local runs for seed(s) $* start when the Trinity runs end"
+  fi
+  ;;
+local)
+  shift; mkdir -p "$W/local"; echo $$ > "$W/local/pid"
+  source "$B/env.sh"; cd "$W/proj"; export PYTHONPATH="$W/proj:$PYTHONPATH"
+  sleep 10   # the runs' pid files are written by their own detached sessions
+  while true; do
+    running=0
+    for pidf in "$W"/*.pid; do alive "$pidf" && running=$((running + 1)); done
+    [ $running -eq 0 ] && break
+    sleep 5
+  done
+  log "train-local: start"
+  python3 scripts/gpu/train_runs.py --config configs/train_local_trinity.yaml \
+    --selectors random difficulty_based --seeds "${@:?SEED...}" --steps 40 \
+    --time-limit "${LOCAL_MINUTES:-10}" --taskset data/arithmetic --model "$(ls "$B"/*.gguf)" \
+    --out "$W/local/out" --work "$W/local/work" > "$W/local/train_runs.log" 2>&1 || true
+  log "train-local: ended"; touch "$W/local/ended"
   ;;
 wait)
   limit=${2:?SECONDS}; t0=$(date +%s); declare -A last
@@ -77,9 +106,17 @@ wait)
       if alive "$pidf"; then running=$((running + 1))
       elif [ ! -f "$W/$name.ended" ]; then
         touch "$W/$name.ended"; log "$name ended; last lines:"
-        grep -av "it/s\]" "$W/$name.log" | tail -n 15 | cut -c1-400
+        grep -av "it/s\]" "$W/$name.log" | tail -n 15 | cut -c1-400 || true
       fi
     done
+    if [ -f "$W/local/pid" ] && [ ! -f "$W/local/ended" ]; then
+      running=$((running + 1))
+      cur=$(for f in "$W"/local/work/*/metrics.csv; do if [ -f "$f" ]; then
+        echo "$(basename "$(dirname "$f")") $(( $(wc -l < "$f") - 1 )) rows"; fi; done | xargs)
+      if [ "$cur" != "${last[local]:-}" ]; then log "train-local: ${cur:-waiting}"; last[local]=$cur; fi
+    elif [ -f "$W/local/ended" ] && [ -z "${last[local_end]:-}" ]; then
+      last[local_end]=1; log "train-local ended; last lines:"; tail -n 8 "$W/local/train_runs.log"
+    fi
     [ $running -eq 0 ] && { log "all runs ended"; break; }
     [ $(( $(date +%s) - t0 )) -ge "$limit" ] && { log "$running run(s) still running"; break; }
     sleep 15
@@ -92,6 +129,9 @@ collect)
     pack_run "$(basename "$pidf" .pid)"
   done
   cp "$W/gpu.csv" "$W/gpu_apps.csv" "$OUT/" 2>/dev/null || true
+  if [ -d "$W/local" ]; then   # the train-local runs: tables, logs, event files; no checkpoints
+    tar -czf "$OUT/local.tgz" -C "$W" --exclude='checkpoint*' local
+  fi
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
   ls -la "$OUT"
   ;;
