@@ -33,8 +33,7 @@ source scripts/gpu/common.sh
 # held-out split at step 0 and every 10 steps (tune() takes the interval from the tuner block),
 # vLLM with torch.compile and CUDA graphs (the configs' enforce_eager: true decodes at about
 # 20 ms a step, the rollout phase's floor), and one seed for the selector's and vLLM's sampling.
-EXPERIMENT_ARGS="buffer.total_steps=40 tuner.algorithm.eval_interval_steps=10 \
-explorer.rollout_model.enforce_eager=false"
+EXPERIMENT_ARGS="buffer.total_steps=40 tuner.algorithm.eval_interval_steps=10 explorer.rollout_model.enforce_eager=false"
 seed_args() {
   echo "buffer.explorer_input.taskset.data_selector.seed=$1 explorer.rollout_model.seed=$1"
 }
