@@ -109,8 +109,11 @@ def seed_band(table: pd.DataFrame, metric: str, band: str = "minmax",
 
 def plot_metric(table: pd.DataFrame, metric: str, ax=None, selectors: Sequence[str] | None = None,
                 band: str = "minmax", smooth: int = 1, colors: dict | None = None,
-                ylabel: str | None = None, legend: bool = True):
-    """One panel: ``metric`` over steps, a mean line and a seed band per selector."""
+                ylabel: str | None = None, legend: bool = True, styles: dict | None = None):
+    """One panel: ``metric`` over steps, a mean line and a seed band per selector.
+
+    ``styles``: selector -> line style (default :data:`SELECTOR_STYLES`, else solid).
+    """
     plt = _plt()
     _check(table, ("selector", "seed", "step", metric), f"plot_metric({metric!r})")
     names = _selectors(table, selectors)
@@ -122,8 +125,9 @@ def plot_metric(table: pd.DataFrame, metric: str, ax=None, selectors: Sequence[s
         s = stats[stats["selector"] == name]
         if s.empty:
             continue
-        ax.plot(s["step"], s["mean"], color=colors[name], label=name, lw=1.6,
-                ls=SELECTOR_STYLES.get(name, "-"), zorder=3 if name in SELECTOR_STYLES else 2)
+        style = (styles or {}).get(name) or SELECTOR_STYLES.get(name, "-")
+        ax.plot(s["step"], s["mean"], color=colors[name], label=name, lw=1.6, ls=style,
+                zorder=3 if style != "-" else 2)
         if (s["n"] > 1).any():
             ax.fill_between(s["step"], s["lo"], s["hi"], color=colors[name], alpha=0.15, lw=0)
     ax.set_xlabel("step")
@@ -171,6 +175,27 @@ def plot_training_curves(table: pd.DataFrame, selectors: Sequence[str] | None = 
     band_text = "min-max" if band == "minmax" else "+-1 std"
     fig.suptitle(title or f"mean over {int(seeds.max())} seed(s), band: {band_text}",
                  fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_panels(table: pd.DataFrame, panels: Sequence[tuple[str, str, int]],
+                selectors: Sequence[str] | None = None, colors: dict | None = None,
+                styles: dict | None = None, band: str = "minmax", title: str | None = None):
+    """One row of panels, one per ``(metric, label, smooth)`` of ``panels``, one legend."""
+    plt = _plt()
+    names = _selectors(table, selectors)
+    colors = colors or selector_colors(names)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
+    for ax, (metric, label, smooth) in zip(axes[0], panels, strict=True):
+        plot_metric(table, metric, ax, names, band, smooth, colors, label, legend=False,
+                    styles=styles)
+        ax.set_title(label)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
+               frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -29,7 +29,7 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -356,6 +356,73 @@ def draw(table: pd.DataFrame, out_dir: str | Path | None = None, baseline: str =
                 files.update(metrics.write_metrics(table, tmp, baseline=baseline))
         out["files"] = rebase(files, tmp, out_dir)
     return out
+
+
+#: Line styles of the sources drawn side by side: the first solid, the second dashed.
+SOURCE_STYLES = ("-", (0, (4, 2)), ":")
+
+
+def side_by_side(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Several sources' tidy tables in one, each selector renamed ``"<selector>, <source>"``
+    (e.g. Trinity-RFT's runs and ``train-local``'s with the same settings); a ``source``
+    column keeps the source."""
+    parts = [t.assign(source=src, selector=t["selector"].astype(str) + ", " + src)
+             for src, t in tables.items()]
+    if not parts:
+        raise RunError("no tables given")
+    return pd.concat(parts, ignore_index=True)
+
+
+def draw_side_by_side(tables: Mapping[str, pd.DataFrame], title: str | None = None,
+                      smooth: int = 3):
+    """Rollout accuracy, effective task ratio and eval accuracy of several sources' runs in
+    one figure: a colour per selector, a line style per source (:data:`SOURCE_STYLES`)."""
+    from mathagent import plots
+
+    if len(tables) > len(SOURCE_STYLES):
+        raise ValueError(f"at most {len(SOURCE_STYLES)} sources, got {len(tables)}")
+    table = side_by_side(tables)
+    selectors = list(dict.fromkeys(s for t in tables.values() for s in t["selector"]))
+    base = plots.selector_colors(selectors)
+    names, colors, styles = [], {}, {}
+    for sel in selectors:
+        for style, src in zip(SOURCE_STYLES, tables, strict=False):
+            name = f"{sel}, {src}"
+            if name in set(table["selector"]):
+                names.append(name)
+                colors[name], styles[name] = base[sel], style
+    panels = [("rollout_accuracy", "rollout accuracy", smooth),
+              ("effective_task_ratio", "effective task ratio", smooth),
+              ("eval_accuracy", eval_label(table), 1)]
+    return plots.plot_panels(table, panels, names, colors, styles, title=title)
+
+
+def side_by_side_summary(tables: Mapping[str, pd.DataFrame], window: int = 10) -> pd.DataFrame:
+    """Per source and selector: seeds, steps, and the first and last ``window`` training
+    steps' mean rollout accuracy, effective task ratio and response length; the eval accuracy
+    at step 0 and at the last eval step (means over seeds)."""
+    rows = []
+    for src, table in tables.items():
+        for sel, run in table.groupby("selector", sort=False):
+            steps = run[run["step"] > 0]
+            last = int(steps["step"].max())
+            first_w, last_w = steps[steps["step"] <= window], steps[steps["step"] > last - window]
+            evals = run.dropna(subset=["eval_accuracy"])
+            row = {"source": src, "selector": sel, "seeds": run["seed"].nunique(),
+                   "steps": last}
+            for col, name in (("rollout_accuracy", "rollout_accuracy"),
+                              ("effective_task_ratio", "etr"),
+                              ("response_length", "response_length")):
+                if col in run and steps[col].notna().any():
+                    row[f"{name}_first{window}"] = first_w[col].mean()
+                    row[f"{name}_last{window}"] = last_w[col].mean()
+            if not evals.empty:
+                row["eval_step0"] = evals[evals["step"] == 0]["eval_accuracy"].mean()
+                row["eval_last"] = evals[evals["step"] == evals["step"].max()][
+                    "eval_accuracy"].mean()
+                row["eval_last_step"] = int(evals["step"].max())
+            rows.append(row)
+    return pd.DataFrame(rows).round(3)
 
 
 def plot_parser(parser: argparse.ArgumentParser) -> None:

@@ -139,3 +139,16 @@ def test_summary_bars_and_save(tmp_path):
     assert len(fig.axes) == 3
     path = plots.save_figure(fig, "summary", tmp_path / "figs")
     assert path.exists() and path.stat().st_size > 1000
+
+
+def test_panels_share_one_legend_and_take_line_styles():
+    t = steps_table()
+    fig = plots.plot_panels(t, [("rollout_accuracy", "rollout", 1),
+                                ("effective_task_ratio", "ETR", 1),
+                                ("eval_accuracy", "held-out", 1)],
+                            styles={"bots": ":"})
+    assert [ax.get_title() for ax in fig.axes] == ["rollout", "ETR", "held-out"]
+    assert len(fig.legends) == 1
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["random", "bots"]
+    for ax in fig.axes:
+        assert [ln.get_linestyle() for ln in ax.lines] == ["-", ":"]

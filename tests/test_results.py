@@ -366,3 +366,48 @@ def test_tidy_tables_of_earlier_versions_read_with_todays_column_names(tmp_path)
     both.to_csv(tmp_path / "results.csv", index=False)
     read = results.read_run(tmp_path)
     assert list(read["pg_loss"]) == [1.0] * 3 and "loss" in read
+
+
+def _source_table(selectors, steps, accuracy, seeds=(0,)):
+    rows = []
+    for sel in selectors:
+        for seed in seeds:
+            for step in range(steps + 1):
+                rows.append({"selector": sel, "seed": seed, "step": step,
+                             "rollout_accuracy": np.nan if step == 0 else accuracy(sel, step),
+                             "eval_accuracy": 0.1 * step / steps if step % 10 == 0 else np.nan,
+                             "effective_task_ratio": np.nan if step == 0 else 0.5,
+                             "response_length": np.nan if step == 0 else 100.0 - step})
+    return pd.DataFrame(rows)
+
+
+def test_side_by_side_names_each_selector_by_source_and_summarises_both():
+    import matplotlib.pyplot as plt
+
+    engine = _source_table(["random", "difficulty_based"], 40, lambda s, k: 0.1,
+                           seeds=(0, 1))
+    local = _source_table(["difficulty_based"], 40, lambda s, k: k / 40)
+    tables = {"Trinity-RFT": engine, "train-local": local}
+    both = results.side_by_side(tables)
+    assert list(dict.fromkeys(both["selector"])) == [
+        "random, Trinity-RFT", "difficulty_based, Trinity-RFT", "difficulty_based, train-local"]
+    assert set(both["source"]) == {"Trinity-RFT", "train-local"}
+
+    summary = results.side_by_side_summary(tables).set_index(["source", "selector"])
+    row = summary.loc[("train-local", "difficulty_based")]
+    assert row["seeds"] == 1 and row["steps"] == 40
+    assert row["rollout_accuracy_first10"] == pytest.approx(5.5 / 40, abs=1e-3)  # steps 1-10
+    assert row["rollout_accuracy_last10"] == pytest.approx(35.5 / 40, abs=1e-3)  # steps 31-40
+    assert row["response_length_last10"] == pytest.approx(100 - 35.5)
+    assert (row["eval_step0"], row["eval_last"], row["eval_last_step"]) == (0.0, 0.1, 40)
+    assert summary.loc[("Trinity-RFT", "random"), "seeds"] == 2
+
+    fig = results.draw_side_by_side(tables)
+    lines = fig.axes[0].lines
+    assert [ln.get_label() for ln in lines] == [
+        "random, Trinity-RFT", "difficulty_based, Trinity-RFT", "difficulty_based, train-local"]
+    assert lines[1].get_color() == lines[2].get_color()  # a colour per selector
+    assert lines[1].get_linestyle() == "-" and lines[2].get_linestyle() != "-"  # a style per source
+    plt.close("all")
+    with pytest.raises(results.RunError, match="no tables"):
+        results.side_by_side({})

@@ -1,7 +1,9 @@
-"""The committed Trinity-RFT runs and the script that builds their results folder.
+"""The committed Trinity-RFT runs and the script that builds their results folders.
 
-``results/trinity_h200/`` holds two real runs of ``python -m mathagent train`` on one H200;
-the reader must find in their event files what the committed tidy table says.
+``results/trinity_h200/`` holds the 40-step experiment's runs of ``python -m mathagent train``
+on one H200, ``results/trinity_h200_22steps/`` the first two 22-step runs, and
+``results/trinity_h200_local/`` the ``train-local`` runs with the experiment's settings; the
+reader must find in their event files and tables what the committed summaries say.
 ``scripts/gpu/trinity_results.py`` is run here on a collected folder made from one of those
 runs plus a short log written for the test, so its timings are known.
 """
@@ -20,10 +22,18 @@ import pandas as pd
 import pytest
 
 from mathagent import metrics, paths, results
+from mathagent.grpo import load_config
 
-TRINITY = paths.RESULTS_DIR / "trinity_h200"
-RUNS = {"random": TRINITY / "random_seed42", "difficulty_based": TRINITY / "difficulty_seed42"}
+TRINITY_22 = paths.RESULTS_DIR / "trinity_h200_22steps"
+RUNS = {"random": TRINITY_22 / "random_seed42",
+        "difficulty_based": TRINITY_22 / "difficulty_seed42"}
+EXPERIMENT = paths.RESULTS_DIR / "trinity_h200"
+LOCAL = paths.RESULTS_DIR / "trinity_h200_local"
 SCRIPT = paths.REPO_ROOT / "scripts" / "gpu" / "trinity_results.py"
+
+
+def run_folders(folder):
+    return sorted(d for d in folder.iterdir() if (d / "params.json").is_file())
 
 
 @pytest.fixture(scope="module")
@@ -45,15 +55,57 @@ def test_committed_runs_have_the_steps_evals_and_signal_asked_for(table):
     assert table[table["selector"] == "random"]["effective_task_ratio"].isna().all()
 
 
-def test_committed_tidy_table_is_what_the_event_files_say(table):
-    committed = pd.read_csv(TRINITY / "trinity_h200.csv")
+def assert_same_table(committed: pd.DataFrame, table: pd.DataFrame) -> None:
     key = list(metrics.KEYS)
     a = committed.sort_values(key).reset_index(drop=True)
     b = table.sort_values(key).reset_index(drop=True)
+    assert len(a) == len(b)
     for column in ("step", *metrics.METRICS):
         np.testing.assert_allclose(a[column], b[column], rtol=1e-6, err_msg=column)
+
+
+def test_committed_tidy_table_is_what_the_event_files_say(table):
+    assert_same_table(pd.read_csv(TRINITY_22 / "trinity_h200.csv"), table)
     # the folder as a whole reads as its tidy table
-    assert results.find_runs(TRINITY) == [TRINITY]
+    assert results.find_runs(TRINITY_22) == [TRINITY_22]
+
+
+def test_experiment_runs_have_40_steps_and_evals_every_10():
+    folders = run_folders(EXPERIMENT)
+    table = results.load_runs(folders, progress=False)
+    pairs = set()
+    for folder in folders:
+        params = json.loads((folder / "params.json").read_text())
+        pairs.add((params["selector"], params["seed"]))
+        assert folder.name == f"{params['selector'].replace('_based', '')}_seed{params['seed']}"
+        run = table[(table["selector"] == params["selector"]) & (table["seed"] == params["seed"])]
+        assert run["step"].max() == 40
+        assert run.dropna(subset=["eval_accuracy"])["step"].tolist() == [0, 10, 20, 30, 40]
+        timings = json.loads((folder / "timings.json").read_text())
+        assert len(timings["whole_step_s"]) >= 39 and timings["startup_min"]["step 1 starts"] > 0
+    # every seed has both selectors: the pairs ran side by side, one pair per stretch
+    seeds = {seed for _, seed in pairs}
+    assert pairs == {(sel, seed) for sel in ("random", "difficulty_based") for seed in seeds}
+    assert_same_table(pd.read_csv(EXPERIMENT / "trinity_h200.csv"), table)
+    phases = pd.read_csv(EXPERIMENT / "phase_times.csv", index_col=0)
+    assert sorted(phases.columns) == [f.name for f in folders]
+
+
+def test_local_runs_used_the_mirror_config_and_the_summary_reads_from_them():
+    mirror = load_config(paths.CONFIGS_DIR / "train_local_trinity.yaml")
+    folders = run_folders(LOCAL)
+    assert folders
+    for folder in folders:
+        params = json.loads((folder / "params.json").read_text())
+        for section in ("rollout", "algorithm", "eval", "prompt"):
+            assert params["config"][section] == json.loads(json.dumps(
+                getattr(mirror, section).__dict__)), (folder.name, section)
+    local = results.load_runs(folders, progress=False)
+    assert_same_table(pd.read_csv(LOCAL / "train_local.csv"), local)
+    engine = results.load_runs(run_folders(EXPERIMENT), progress=False)
+    summary = results.side_by_side_summary({"Trinity-RFT": engine, "train-local": local})
+    committed = pd.read_csv(LOCAL / "engine_vs_local.csv")
+    pd.testing.assert_frame_equal(committed, summary, check_dtype=False, atol=1e-3)
 
 
 def _log_line(t: datetime, text: str, actor: str = "(Explorer pid=1)") -> str:
@@ -125,7 +177,38 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
     assert "react_agent" not in excerpt and "\x1b" not in excerpt
     assert (out / "training_curves.png").is_file()
     assert len(pd.read_csv(out / "trinity_h200.csv")) == 23  # steps 0-22
+    assert json.loads((out / "difficulty_seed42" / "timings.json").read_text())[
+        "whole_step_s"] == {"step 1": 16.0, "step 2": 18.0}
     # an existing run folder is kept unless --force
     again = script()
     assert again.returncode == 2 and "--force" in again.stderr
     assert script("--force").returncode == 0
+
+    # a later stretch adds seed 7: the tables beside the run folders cover both runs
+    params = json.loads((run / "params.json").read_text())
+    (run / "params.json").write_text(json.dumps({**params, "seed": 7}))
+    with tarfile.open(collected / "seven.tgz", "w:gz") as tar:
+        tar.add(run, arcname="seven")
+    (collected / "gpu_apps.csv").write_text(f"{stamp},10,2048,seven\n")
+    local_run = tmp_path / "local" / "work" / "difficulty_based-s0"
+    local_run.mkdir(parents=True)
+    for name in ("metrics.csv", "params.json", "config.yaml"):
+        shutil.copyfile(LOCAL / "difficulty_seed0" / name, local_run / name)
+    (local_run.parent / "difficulty_based-s0.log").write_text("train-local log\n")
+    with tarfile.open(collected / "local.tgz", "w:gz") as tar:
+        tar.add(tmp_path / "local", arcname="local")
+    more = subprocess.run([sys.executable, str(SCRIPT), str(collected), str(out), "--runs",
+                           "seven=difficulty_seed7", "--local", str(tmp_path / "mirror")],
+                          capture_output=True, text=True, timeout=300, cwd=paths.REPO_ROOT)
+    assert more.returncode == 0, more.stderr
+    assert sorted(pd.read_csv(out / "startup.csv", index_col=0).columns) == [
+        "difficulty_seed42", "difficulty_seed7"]
+    both = pd.read_csv(out / "trinity_h200.csv")
+    assert sorted(both["seed"].unique()) == [7, 42] and len(both) == 2 * 23
+    mirror = tmp_path / "mirror"
+    assert (mirror / "difficulty_seed0" / "train.log").read_text() == "train-local log\n"
+    assert (mirror / "engine_vs_local.png").is_file()
+    summary = pd.read_csv(mirror / "engine_vs_local.csv")
+    assert summary[["source", "selector"]].values.tolist() == [
+        ["Trinity-RFT", "difficulty_based"], ["train-local", "difficulty_based"]]
+    assert summary["seeds"].tolist() == [2, 1]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-GPU Trinity-RFT runs on an offline H200 machine, driven from the repository root.
-# What ran for results/trinity_h200/ and results/trinity_h200_rollout_probe/ (see their
+# What ran for results/trinity_h200*/ and results/trinity_h200_rollout_probe/ (see their
 # READMEs). Steps, each its own command:
 #
 #   bash scripts/gpu/trinity_h200.sh part DIR        copy one bundle part (DIR/part?? and

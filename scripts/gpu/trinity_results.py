@@ -1,19 +1,28 @@
 """Turn what ``trinity_h200.sh collect`` packed into a committed ``results/`` folder.
 
-    python scripts/gpu/trinity_results.py COLLECTED OUT [--runs NAME=FOLDER ...] [--force]
+    python scripts/gpu/trinity_results.py COLLECTED OUT --runs NAME=FOLDER ... [--force]
+        [--local LOCAL_OUT]
 
 ``COLLECTED`` holds ``<name>.tgz`` per run plus ``gpu_apps.csv`` (the GPU monitor's
 per-process memory). ``OUT`` gets one folder per run (event files, ``params.json``, the
-config handed to ``tune()``, Trinity's meta files, a log excerpt, Trinity's
-whole runtime ``Config`` as it printed it) and, beside them, the tidy
-table (``trinity_h200.csv``), the figures and ETR/TTB/BSF from ``mathagent.results.draw``,
-the time of each phase per step (``phase_times.csv``), the start-up milestones
-(``startup.csv``) and the peak GPU memory per run and role (``gpu_memory.csv``).
+config handed to ``tune()``, Trinity's meta files, a log excerpt, Trinity's whole runtime
+``Config`` as it printed it, and ``timings.json``: start-up milestones, peak GPU memory per
+role and the seconds of every step, read from the log). Beside the run folders, from *every*
+run folder in ``OUT`` (so the seeds of later stretches of GPU time join those already there):
+the tidy table (``trinity_h200.csv``), the figures and ETR/TTB/BSF from
+``mathagent.results.draw``, the median time of each phase (``phase_times.csv``), the start-up
+milestones (``startup.csv``) and the peak GPU memory per run and role (``gpu_memory.csv``).
+
+``--local LOCAL_OUT`` also unpacks ``COLLECTED/local.tgz`` (the ``train-local`` runs with the
+engine's settings, ``trinity_h200.sh local``) into ``LOCAL_OUT``: one folder per run, their
+tidy table (``train_local.csv``), and the two sources side by side
+(``engine_vs_local.png``, ``engine_vs_local.csv``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import sys
@@ -24,7 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mathagent import results
+from mathagent import plots, results
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STAMP = re.compile(r"(?:INFO|WARNING|ERROR) (\d\d-\d\d \d\d:\d\d:\d\d) ")
@@ -114,50 +123,120 @@ def gpu_memory(apps: pd.DataFrame, log: str, run: str) -> dict[str, float]:
     return out
 
 
+TIMINGS = "timings.json"
+LOCAL_FILES = ("config.yaml", "params.json", "metrics.csv", "trinity_metrics.csv",
+               "samples.jsonl")
+
+
+def add_run(collected: Path, name: str, dest: Path, apps: pd.DataFrame) -> None:
+    """Unpack run ``name`` of ``collected`` into ``dest`` with its excerpt and timings."""
+    with tempfile.TemporaryDirectory() as tmp, \
+            tarfile.open(collected / f"{name}.tgz") as tar:
+        tar.extractall(tmp, filter="data")
+        src = Path(tmp) / name
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir()
+        shutil.copytree(src / "monitor", dest / "monitor")
+        for f in ("params.json", "launched_config.yaml", "explorer_meta.json",
+                  "trainer_meta.json"):
+            shutil.copyfile(src / f, dest / f)
+        log = (src / "train.log").read_text(errors="replace")
+        t0, t1 = map(float, (src / "start_end_epoch.txt").read_text().split())
+    (dest / "train_log_excerpt.txt").write_text(log_excerpt(log))
+    (dest / "trinity_config_runtime.txt").write_text(runtime_config(log))
+    timings = {
+        "startup_min": {**startup(log, t0), "train command ends": round((t1 - t0) / 60, 2)},
+        "gpu_memory_gib": gpu_memory(apps, log, name),
+        "whole_step_s": step_seconds(log, t0).to_dict(),
+    }
+    (dest / TIMINGS).write_text(json.dumps(timings, indent=1) + "\n")
+
+
+def run_folders(out: Path) -> list[Path]:
+    """The run folders of a results folder (those with a ``params.json``), by name."""
+    return sorted(d for d in out.iterdir() if (d / "params.json").is_file())
+
+
+def timing_tables(folders: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Start-up minutes, peak GPU memory and median phase seconds, one column per run."""
+    starts, memory, phases = {}, {}, {}
+    for folder in folders:
+        timings = json.loads((folder / TIMINGS).read_text())
+        starts[folder.name] = timings["startup_min"]
+        memory[folder.name] = timings["gpu_memory_gib"]
+        table = results.phase_times(folder)
+        table.loc["whole step (log: one explore start to the next)"] = \
+            pd.Series(timings["whole_step_s"])
+        phases[folder.name] = table.drop(columns=["step 0"], errors="ignore").median(axis=1)
+    return (pd.DataFrame(starts).rename_axis("minutes from `train` to"),
+            pd.DataFrame(memory).rename_axis("peak GPU memory, GiB"),
+            pd.DataFrame(phases).round(2).rename_axis("median seconds over steps 1+"))
+
+
+def add_local_runs(collected: Path, out: Path, force: bool) -> list[Path]:
+    """Unpack the train-local runs of ``collected/local.tgz`` into ``out/<selector>_seed<n>``."""
+    added = []
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(collected / "local.tgz") as tar:
+        tar.extractall(tmp, filter="data")
+        work = Path(tmp) / "local" / "work"
+        for src in sorted(d for d in work.iterdir() if (d / "metrics.csv").is_file()):
+            params = json.loads((src / "params.json").read_text())
+            name = f"{params['selector'].replace('_based', '')}_seed{params['seed']}"
+            dest = out / name
+            if dest.exists() and not force:
+                raise FileExistsError(f"{dest} exists; --force replaces it")
+            shutil.rmtree(dest, ignore_errors=True)
+            dest.mkdir(parents=True)
+            for f in LOCAL_FILES:
+                if (src / f).exists():
+                    shutil.copyfile(src / f, dest / f)
+            if (src / "tensorboard").is_dir():
+                shutil.copytree(src / "tensorboard", dest / "tensorboard")
+            log = work / f"{src.name}.log"
+            if log.exists():
+                shutil.copyfile(log, dest / "train.log")
+            added.append(dest)
+    return added
+
+
+def local_step_times(folders: list[Path]) -> pd.DataFrame:
+    """Median seconds per phase of the train-local runs, one column per run."""
+    columns = {"time_generate_s": "generation (rollout phase)", "time_score_s": "judge",
+               "time_update_s": "training step", "time_step_s": "whole step"}
+    out = {}
+    for folder in folders:
+        t = pd.read_csv(folder / "metrics.csv")
+        out[folder.name] = t[t["step"] > 0][list(columns)].median().rename(columns)
+    return pd.DataFrame(out).round(2).rename_axis("median seconds over steps 1+")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("collected", type=Path, help="folder with <name>.tgz and gpu_apps.csv")
     ap.add_argument("out", type=Path, help="results folder to write")
-    ap.add_argument("--runs", nargs="+", default=["random=random_seed42",
-                                                  "difficulty=difficulty_seed42"],
-                    metavar="NAME=FOLDER", help="collected run name -> folder under OUT")
+    ap.add_argument("--runs", nargs="+", required=True, metavar="NAME=FOLDER",
+                    help="collected run name -> folder under OUT")
     ap.add_argument("--force", action="store_true", help="replace existing run folders")
     ap.add_argument("--title", default="Trinity-RFT on one H200",
                     help="figure title; the seeds are appended")
     ap.add_argument("--no-figures", action="store_true",
                     help="no tidy table, figures or metrics (runs of one selector and seed)")
+    ap.add_argument("--local", type=Path, metavar="LOCAL_OUT",
+                    help="also unpack local.tgz (train-local runs) into this folder")
     args = ap.parse_args()
 
     apps = pd.read_csv(args.collected / "gpu_apps.csv", names=["t", "pid", "mib", "run"])
     args.out.mkdir(parents=True, exist_ok=True)
-    folders, starts, memory, phases = [], {}, {}, {}
-    for spec in args.runs:
-        name, folder = spec.split("=", 1)
-        dest = args.out / folder
-        if dest.exists() and not args.force:
-            print(f"error: {dest} exists; --force replaces it", file=sys.stderr)
+    specs = [spec.split("=", 1) for spec in args.runs]
+    for _name, folder in specs:
+        if (args.out / folder).exists() and not args.force:
+            print(f"error: {args.out / folder} exists; --force replaces it", file=sys.stderr)
             return 2
-        with tempfile.TemporaryDirectory() as tmp, \
-                tarfile.open(args.collected / f"{name}.tgz") as tar:
-            tar.extractall(tmp, filter="data")
-            src = Path(tmp) / name
-            shutil.rmtree(dest, ignore_errors=True)
-            dest.mkdir()
-            shutil.copytree(src / "monitor", dest / "monitor")
-            for f in ("params.json", "launched_config.yaml", "explorer_meta.json",
-                      "trainer_meta.json"):
-                shutil.copyfile(src / f, dest / f)
-            log = (src / "train.log").read_text(errors="replace")
-            t0, t1 = map(float, (src / "start_end_epoch.txt").read_text().split())
-        (dest / "train_log_excerpt.txt").write_text(log_excerpt(log))
-        (dest / "trinity_config_runtime.txt").write_text(runtime_config(log))
-        starts[folder] = {**startup(log, t0), "train command ends": round((t1 - t0) / 60, 2)}
-        memory[folder] = gpu_memory(apps, log, name)
-        phases[folder] = results.phase_times(dest)
-        phases[folder].loc["whole step (log: one explore start to the next)"] = \
-            step_seconds(log, t0)
-        folders.append(dest)
+    for name, folder in specs:
+        add_run(args.collected, name, args.out / folder, apps)
 
+    folders = run_folders(args.out)
+    startups, memory, split = timing_tables(folders)
     if not args.no_figures:
         table = results.load_runs(folders, progress=False)
         seeds = ", ".join(str(x) for x in sorted(table["seed"].unique()))
@@ -167,15 +246,33 @@ def main() -> int:
             for name, file in drawn["files"].items():
                 target = "trinity_h200.csv" if name == "results" else file.name
                 shutil.move(str(file), args.out / target)
-    pd.DataFrame(starts).rename_axis("minutes from `train` to").to_csv(args.out / "startup.csv")
-    pd.DataFrame(memory).rename_axis("peak GPU memory, GiB").to_csv(args.out / "gpu_memory.csv")
-    steps = {run: t.drop(columns=["step 0"], errors="ignore") for run, t in phases.items()}
-    split = pd.DataFrame({run: t.median(axis=1) for run, t in steps.items()}).round(2)
-    split.rename_axis("median seconds over steps 1+").to_csv(args.out / "phase_times.csv")
+    startups.to_csv(args.out / "startup.csv")
+    memory.to_csv(args.out / "gpu_memory.csv")
+    split.to_csv(args.out / "phase_times.csv")
     print(split.to_string())
-    print(pd.DataFrame(starts).to_string())
-    print(pd.DataFrame(memory).to_string())
+    print(startups.to_string())
+    print(memory.to_string())
     print(f"wrote {args.out}")
+
+    if args.local:
+        try:
+            add_local_runs(args.collected, args.local, args.force)
+        except FileExistsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        local = run_folders(args.local)
+        local_table = results.load_runs(local, progress=False)
+        local_table.to_csv(args.local / "train_local.csv", index=False)
+        local_step_times(local).to_csv(args.local / "step_times.csv")
+        engine = results.load_runs(folders, progress=False)
+        both = {"Trinity-RFT": engine, "train-local": local_table}
+        fig = results.draw_side_by_side(both, title="the engine and its local mirror, "
+                                        "the same settings")
+        plots.save_figure(fig, "engine_vs_local", args.local)
+        results.side_by_side_summary(both).to_csv(args.local / "engine_vs_local.csv",
+                                                  index=False)
+        print(results.side_by_side_summary(both).to_string())
+        print(f"wrote {args.local}")
     return 0
 
 
