@@ -384,11 +384,12 @@ def draw_side_by_side(tables: Mapping[str, pd.DataFrame], title: str | None = No
     table = side_by_side(tables)
     selectors = list(dict.fromkeys(s for t in tables.values() for s in t["selector"]))
     base = plots.selector_colors(selectors)
+    present = set(table["selector"])
     names, colors, styles = [], {}, {}
     for sel in selectors:
         for style, src in zip(SOURCE_STYLES, tables, strict=False):
             name = f"{sel}, {src}"
-            if name in set(table["selector"]):
+            if name in present:
                 names.append(name)
                 colors[name], styles[name] = base[sel], style
     panels = [("rollout_accuracy", "rollout accuracy", smooth),
