@@ -124,8 +124,6 @@ def gpu_memory(apps: pd.DataFrame, log: str, run: str) -> dict[str, float]:
 
 
 TIMINGS = "timings.json"
-LOCAL_FILES = ("config.yaml", "params.json", "metrics.csv", "trinity_metrics.csv",
-               "samples.jsonl")
 
 
 def add_run(collected: Path, name: str, dest: Path, apps: pd.DataFrame) -> None:
@@ -186,12 +184,8 @@ def add_local_runs(collected: Path, out: Path, force: bool) -> list[Path]:
             if dest.exists() and not force:
                 raise FileExistsError(f"{dest} exists; --force replaces it")
             shutil.rmtree(dest, ignore_errors=True)
-            dest.mkdir(parents=True)
-            for f in LOCAL_FILES:
-                if (src / f).exists():
-                    shutil.copyfile(src / f, dest / f)
-            if (src / "tensorboard").is_dir():
-                shutil.copytree(src / "tensorboard", dest / "tensorboard")
+            # the run folder as train-local left it (collect packed no checkpoints), and its log
+            shutil.copytree(src, dest, ignore=shutil.ignore_patterns("checkpoint*"))
             log = work / f"{src.name}.log"
             if log.exists():
                 shutil.copyfile(log, dest / "train.log")
