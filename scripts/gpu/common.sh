@@ -5,6 +5,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 log() { echo "[$(date +%H:%M:%S)] $*"; }
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# tar's exit status 1 means a file changed while it was read: a run still writing its files
+# is packed as it stands (`wait` packs after every call, the runs may still be going)
+tar_ok() { [ "$1" -eq 1 ]; }
 
 # copy one bundle part (DIR/part?? and DIR/SHA256SUMS) to $B
 copy_part() {
@@ -31,7 +34,7 @@ torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__vers
 }
 
 # pack run NAME (event files, configs, meta files, the log, its start and end) into
-# $OUT/NAME.tgz
+# $OUT/NAME.tgz, finished or not
 pack_run() {
   local name=$1 d=$W/collect/$1 job
   rm -rf "$d"; mkdir -p "$d"
@@ -40,7 +43,7 @@ pack_run() {
   if [ -n "$job" ]; then
     (cd "$job" && find . -path ./global_step_\* -prune -o -path ./buffer -prune -o -type f \
       \( -name 'events.out.tfevents*' -o -name '*.yaml' -o -name '*.json' \) -size -8M -print \
-      | tar -cf - -T -) | tar -xf - -C "$d"
+      | tar -cf - -T -) | tar -xf - -C "$d" || tar_ok $?
   fi
   cp "$W"/runs/$name/train/*/trinity_config.yaml "$d/launched_config.yaml" 2>/dev/null || true
   tail -c 6000000 "$W/$name.log" > "$d/train.log"

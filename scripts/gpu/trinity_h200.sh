@@ -15,9 +15,10 @@
 #   bash scripts/gpu/trinity_h200.sh local SEED...   once no Trinity run is alive: train-local
 #                                                    with configs/train_local_trinity.yaml, both
 #                                                    selectors, per SEED (scripts/gpu/train_runs.py)
-#   bash scripts/gpu/trinity_h200.sh wait SECONDS    follow the runs until all end or SECONDS pass
+#   bash scripts/gpu/trinity_h200.sh wait SECONDS    follow the runs until all end or SECONDS pass,
+#                                                    then `collect` what they have written so far
 #   bash scripts/gpu/trinity_h200.sh collect         pack each run's event files, configs and logs
-#                                                    into $OUT (default $W/out)
+#                                                    into $OUT (default $W/out), finished or not
 #
 # RUN is NAME=CONFIG (e.g. random=configs/config_random_arithmetic.yaml); every run gets the
 # same extra train arguments from $TRAIN_ARGS, and run NAME also those in $ARGS_NAME. Runs share
@@ -121,6 +122,9 @@ wait)
     sleep 15
   done
   tail -n 3 "$W"/gpu.csv 2>/dev/null || true
+  # what exists so far comes back with every call: a machine given back between calls loses
+  # only what ran after the last one
+  bash "$0" collect
   ;;
 collect)
   mkdir -p "$OUT"
@@ -129,9 +133,9 @@ collect)
   done
   cp "$W/gpu.csv" "$W/gpu_apps.csv" "$OUT/" 2>/dev/null || true
   if [ -d "$W/local" ]; then   # the train-local runs: tables, logs, event files; no checkpoints
-    tar -czf "$OUT/local.tgz" -C "$W" --exclude='checkpoint*' local
+    tar -czf "$OUT/local.tgz" -C "$W" --exclude='checkpoint*' local || tar_ok $?
   fi
-  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv || true
   ls -la "$OUT"
   ;;
 *) echo "trinity_h200.sh: unknown step $1" >&2; exit 2 ;;

@@ -9,7 +9,8 @@
 #   bash scripts/gpu/trinity_x8.sh start           install the bundle, export the model, one Ray
 #                                                  head for the machine, then one detached
 #                                                  session that runs random, then difficulty
-#   bash scripts/gpu/trinity_x8.sh wait SECONDS    follow the runs until both end or SECONDS pass
+#   bash scripts/gpu/trinity_x8.sh wait SECONDS    follow the runs until both end or SECONDS pass,
+#                                                  then `collect` what they have written so far
 #   bash scripts/gpu/trinity_x8.sh collect         pack each run's event files, configs and logs
 #                                                  into $OUT/<name>.tgz (default $W/out)
 #
@@ -84,6 +85,7 @@ wait)
     sleep 15
   done
   tail -n 8 "$W"/gpu.csv 2>/dev/null || true
+  bash "$0" collect   # what exists so far comes back with every call
   ;;
 collect)
   mkdir -p "$OUT"; spans=""
@@ -99,7 +101,7 @@ collect)
     BEGIN { n = split(spans, s, " ") }
     { for (i = 1; i < n; i += 3) if ($1 + 0 >= s[i + 1] + 0 && $1 + 0 <= s[i + 2] + 0) $4 = s[i]
       print }' "$W/gpu_apps.csv" > "$OUT/gpu_apps.csv"
-  nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv
+  nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv || true
   ls -la "$OUT"
   ;;
 *) echo "trinity_x8.sh: unknown step $1" >&2; exit 2 ;;

@@ -1,0 +1,69 @@
+"""``scripts/gpu/trinity_h200.sh wait``: every call brings back what the runs have written.
+
+The GPU machine can be given back between two calls, and everything on it is lost then, so
+``wait`` ends with ``collect``: a finished run and runs still going are packed into ``$OUT``
+each time. The script runs here for real on a made-up work folder (no GPU, no runs: a pid
+file of a process that is gone stands for a finished Trinity run, a ``local/pid`` without
+``local/ended`` for the train-local step still going).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+from mathagent import paths
+
+SCRIPT = paths.REPO_ROOT / "scripts" / "gpu" / "trinity_h200.sh"
+
+
+def gone_pid() -> int:
+    """The id of a process that has ended."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def make_work(w: Path) -> None:
+    job = w / "ckpt" / "random_seed1" / "Project" / "Name"
+    (job / "monitor" / "tensorboard" / "trainer").mkdir(parents=True)
+    (job / "params.json").write_text("{}")
+    (job / "monitor" / "tensorboard" / "trainer" / "events.out.tfevents.1").write_text("ev")
+    (job / "global_step_40" / "actor").mkdir(parents=True)  # checkpoints stay behind
+    (job / "global_step_40" / "actor" / "model.json").write_text("{}")
+    launched = w / "runs" / "random_seed1" / "train" / "t0"
+    launched.mkdir(parents=True)
+    (launched / "trinity_config.yaml").write_text("mode: colocate\n")
+    (w / "random_seed1.pid").write_text(f"{gone_pid()}\n")
+    (w / "random_seed1.t0").write_text("1700000000\n")
+    (w / "random_seed1.log").write_text("Training at step 40 finished\n")
+    metrics = w / "local" / "work" / "random-s1" / "metrics.csv"
+    metrics.parent.mkdir(parents=True)
+    metrics.write_text("step,reward\n1,0.1\n2,0.2\n")
+    (w / "local" / "pid").write_text(f"{os.getpid()}\n")
+
+
+def test_wait_collects_finished_and_running_runs(tmp_path):
+    w, out = tmp_path / "w", tmp_path / "out"
+    make_work(w)
+    env = {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b")}
+    done = subprocess.run(["bash", str(SCRIPT), "wait", "1"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "random_seed1 ended" in done.stdout
+    assert "train-local: random-s1 2 rows" in done.stdout
+    assert "1 run(s) still running" in done.stdout
+
+    with tarfile.open(out / "random_seed1.tgz") as tar:
+        names = set(tar.getnames())
+        log = tar.extractfile("random_seed1/train.log").read().decode()
+    assert {"random_seed1/params.json", "random_seed1/launched_config.yaml",
+            "random_seed1/monitor/tensorboard/trainer/events.out.tfevents.1",
+            "random_seed1/start_end_epoch.txt"} <= names
+    assert not any("global_step" in n for n in names)
+    assert "step 40" in log
+    with tarfile.open(out / "local.tgz") as tar:
+        metrics = tar.extractfile("local/work/random-s1/metrics.csv").read().decode()
+    assert metrics.splitlines()[-1] == "2,0.2"  # packed as it stands, mid-run
