@@ -374,9 +374,12 @@ def side_by_side(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def draw_side_by_side(tables: Mapping[str, pd.DataFrame], title: str | None = None,
-                      smooth: int = 3):
-    """Rollout accuracy, effective task ratio and eval accuracy of several sources' runs in
-    one figure: a colour per selector, a line style per source (:data:`SOURCE_STYLES`)."""
+                      smooth: int = 3,
+                      panels: Sequence[tuple[str, str, int]] | None = None):
+    """Several sources' runs in one figure: a colour per selector, a line style per source
+    (:data:`SOURCE_STYLES`). ``panels``: ``(column, label, smoothing window)`` per panel;
+    by default rollout accuracy, effective task ratio (both smoothed over ``smooth``
+    steps) and eval accuracy."""
     from mathagent import plots
 
     if len(tables) > len(SOURCE_STYLES):
@@ -392,9 +395,10 @@ def draw_side_by_side(tables: Mapping[str, pd.DataFrame], title: str | None = No
             if name in present:
                 names.append(name)
                 colors[name], styles[name] = base[sel], style
-    panels = [("rollout_accuracy", "rollout accuracy", smooth),
-              ("effective_task_ratio", "effective task ratio", smooth),
-              ("eval_accuracy", eval_label(table), 1)]
+    if panels is None:
+        panels = [("rollout_accuracy", "rollout accuracy", smooth),
+                  ("effective_task_ratio", "effective task ratio", smooth),
+                  ("eval_accuracy", eval_label(table), 1)]
     return plots.plot_panels(table, panels, names, colors, styles, title=title)
 
 

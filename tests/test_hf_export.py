@@ -3,7 +3,7 @@
 The folder is what vLLM and verl load as ``model.model_path``; here transformers loads it
 and its logits are compared with the GGUF model's own (dequantised by transformers). Two
 exports are made once for the module (loading the GGUF takes 10-20 s on a CPU): float32,
-which must reproduce the GGUF model, and bfloat16, the default, whose weights are the
+the default, which must reproduce the GGUF model, and bfloat16, whose weights are the
 float32 ones rounded.
 """
 
@@ -41,20 +41,20 @@ def reference():
 
 @pytest.fixture(scope="module")
 def fp32_export(tmp_path_factory, umask_022) -> Iterator[Path]:
-    """A float32 export over an existing folder (force=True replaces it)."""
+    """The default (float32) export over an existing folder (force=True replaces it)."""
     out = tmp_path_factory.mktemp("fp32") / "smollm2"
     out.mkdir()
     (out / "stale.txt").write_text("from an earlier export")
-    assert export_hf(out, dtype="float32", force=True) == out
+    assert export_hf(out, force=True) == out
     yield out
     shutil.rmtree(out.parent)  # 540 MB, not kept once the module is done
 
 
 @pytest.fixture(scope="module")
 def bf16_export(tmp_path_factory, umask_022) -> Iterator[Path]:
-    """The default (bfloat16) export into a folder whose parent does not exist yet."""
+    """A bfloat16 export into a folder whose parent does not exist yet."""
     out = tmp_path_factory.mktemp("bf16") / "models" / "smollm2"
-    assert export_hf(out) == out
+    assert export_hf(out, dtype="bfloat16") == out
     yield out
     shutil.rmtree(out.parent.parent)
 

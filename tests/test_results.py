@@ -409,5 +409,10 @@ def test_side_by_side_names_each_selector_by_source_and_summarises_both():
     assert lines[1].get_color() == lines[2].get_color()  # a colour per selector
     assert lines[1].get_linestyle() == "-" and lines[2].get_linestyle() != "-"  # a style per source
     plt.close("all")
+    fig = results.draw_side_by_side(tables, panels=[("response_length", "reply tokens", 1)])
+    assert [ax.get_title() for ax in fig.axes] == ["reply tokens"]
+    local_line = fig.axes[0].lines[2]
+    assert list(local_line.get_ydata())[-1] == pytest.approx(100 - 40)  # unsmoothed, step 40
+    plt.close("all")
     with pytest.raises(results.RunError, match="no tables"):
         results.side_by_side({})

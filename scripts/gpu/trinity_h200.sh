@@ -30,7 +30,8 @@ B=${B:-/root/bundle}            # bundle parts, then the unpacked site-packages
 W=${W:-/root/trinity}           # model, project copy, runs, logs
 OUT=${OUT:-$W/out}
 source scripts/gpu/common.sh
-# The experiment's settings, the same in every stretch of GPU time: 40 steps, evaluation on the
+# The model is export-model's float32 export (setup). The experiment's settings, the same in
+# every stretch of GPU time: 40 steps, evaluation on the
 # held-out split at step 0 and every 10 steps (tune() takes the interval from the tuner block),
 # vLLM with torch.compile and CUDA graphs (the configs' enforce_eager: true decodes at about
 # 20 ms a step, the rollout phase's floor), and one seed for the selector's and vLLM's sampling.
