@@ -31,26 +31,26 @@ NAMES = {"random": "random", "difficulty_based": "difficulty"}
 COLUMNS = ["kl_loss", "response_length", "truncated_ratio", "rollout_accuracy"]
 
 
-def lay_out(collected: Path, out: Path) -> list[Path]:
-    """Copy each run's files from COLLECTED into OUT/<name>_seed0/; the run folders."""
-    folders = []
-    for sel, name in NAMES.items():
-        metrics = collected / f"{sel}.metrics.csv"
-        if not metrics.is_file():
-            raise SystemExit(f"error: {metrics}: missing")
-        run = out / f"{name}_seed0"
+def lay_out(collected: Path, out: Path) -> None:
+    """Copy each run's files from COLLECTED into OUT/<name>_seed0/, once all are there."""
+    files = {(name, dest): collected / src for sel, name in NAMES.items()
+             for src, dest in ((f"{sel}.metrics.csv", "metrics.csv"),
+                               (f"{sel}.params.json", "params.json"), (f"{sel}.log", "train.log"))}
+    files[(".", "export_grid.txt")] = collected / "grid.txt"
+    for src in files.values():
+        if not src.is_file():
+            raise SystemExit(f"error: {src}: missing")
+    for (name, dest), src in files.items():
+        run = out / (name if name == "." else f"{name}_seed0")
         run.mkdir(parents=True, exist_ok=True)
-        shutil.copy(metrics, run / "metrics.csv")
-        shutil.copy(collected / f"{sel}.params.json", run / "params.json")
-        shutil.copy(collected / f"{sel}.log", run / "train.log")
-        folders.append(run)
-    shutil.copy(collected / "grid.txt", out / "export_grid.txt")
-    return folders
+        shutil.copy(src, run / dest)
 
 
-def seed0(folder: Path, steps: int) -> pd.DataFrame:
+def seed0(folder: Path, steps: int | None = None) -> pd.DataFrame:
+    """The seed-0 rows of the runs under ``folder``, up to ``steps`` when given."""
     table = results.load_runs(results.find_runs(folder), progress=False)
-    return table[(table["seed"] == 0) & (table["step"] <= steps)]
+    table = table[table["seed"] == 0]
+    return table if steps is None else table[table["step"] <= steps]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.out} exists; pass --force to replace it", file=sys.stderr)
         return 2
     lay_out(args.collected, args.out)
-    bf16 = seed0(args.out, 10**6)
+    bf16 = seed0(args.out)
     steps = int(bf16["step"].max())
     tables = {"Trinity-RFT": seed0(args.engine, steps),
               "train-local, float32 start": seed0(args.local, steps),
