@@ -55,6 +55,8 @@ def test_builds_run_folders_table_and_figure(tmp_path):
     row = by_step[(by_step["selector"] == "difficulty_based") & (by_step["step"] == 20)]
     assert row["kl_loss (train-local, bfloat16 start)"].item() == \
         round(own.loc[20, "kl_loss"], 5)
+    # by default the engine's runs are the bfloat16-start pair: the committed comparison again
+    pd.testing.assert_frame_equal(by_step, pd.read_csv(COMMITTED / "by_step.csv"))
 
 
 def test_refuses_to_replace_without_force(tmp_path):

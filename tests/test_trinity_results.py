@@ -1,7 +1,8 @@
 """The committed Trinity-RFT runs and the script that builds their results folders.
 
 ``results/trinity_h200/`` holds the 40-step experiment's runs of ``python -m mathagent train``
-on one H200, ``results/trinity_h200_22steps/`` the first two 22-step runs, and
+on one H200, ``results/trinity_h200_bf16/`` its first pair (started from the bfloat16 export),
+``results/trinity_h200_22steps/`` the first two 22-step runs, and
 ``results/trinity_h200_local/`` the ``train-local`` runs with the experiment's settings; the
 reader must find in their event files and tables what the committed summaries say.
 ``scripts/gpu/trinity_results.py`` is run here on a collected folder made from one of those
@@ -28,6 +29,7 @@ TRINITY_22 = paths.RESULTS_DIR / "trinity_h200_22steps"
 RUNS = {"random": TRINITY_22 / "random_seed42",
         "difficulty_based": TRINITY_22 / "difficulty_seed42"}
 EXPERIMENT = paths.RESULTS_DIR / "trinity_h200"
+BF16_START = paths.RESULTS_DIR / "trinity_h200_bf16"
 LOCAL = paths.RESULTS_DIR / "trinity_h200_local"
 SCRIPT = paths.REPO_ROOT / "scripts" / "gpu" / "trinity_results.py"
 
@@ -70,8 +72,10 @@ def test_committed_tidy_table_is_what_the_event_files_say(table):
     assert results.find_runs(TRINITY_22) == [TRINITY_22]
 
 
-def test_experiment_runs_have_40_steps_and_evals_every_10():
-    folders = run_folders(EXPERIMENT)
+@pytest.mark.parametrize("experiment", [EXPERIMENT, BF16_START], ids=lambda f: f.name)
+def test_experiment_runs_have_40_steps_and_evals_every_10(experiment):
+    folders = run_folders(experiment)
+    assert folders
     table = results.load_runs(folders, progress=False)
     pairs = set()
     for folder in folders:
@@ -86,8 +90,10 @@ def test_experiment_runs_have_40_steps_and_evals_every_10():
     # every seed has both selectors: the pairs ran side by side, one pair per stretch
     seeds = {seed for _, seed in pairs}
     assert pairs == {(sel, seed) for sel in ("random", "difficulty_based") for seed in seeds}
-    assert_same_table(pd.read_csv(EXPERIMENT / "trinity_h200.csv"), table)
-    phases = pd.read_csv(EXPERIMENT / "phase_times.csv", index_col=0)
+    assert_same_table(pd.read_csv(experiment / "trinity_h200.csv"), table)
+    assert set(pd.read_csv(experiment / "trinity_h200.csv")["run"]) == {
+        str(f.relative_to(paths.REPO_ROOT)) for f in folders}
+    phases = pd.read_csv(experiment / "phase_times.csv", index_col=0)
     assert sorted(phases.columns) == [f.name for f in folders]
 
 

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("collected", type=Path)
     ap.add_argument("out", type=Path)
-    ap.add_argument("--engine", type=Path, default=Path("results/trinity_h200"))
+    ap.add_argument("--engine", type=Path, default=Path("results/trinity_h200_bf16"))
     ap.add_argument("--local", type=Path, default=Path("results/trinity_h200_local"))
     ap.add_argument("--force", action="store_true", help="replace an existing OUT")
     args = ap.parse_args(argv)

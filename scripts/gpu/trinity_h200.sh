@@ -11,7 +11,8 @@
 #                                                    `start` for the 40-step experiment of
 #                                                    results/trinity_h200/: per SEED, random and
 #                                                    difficulty_based with EXPERIMENT_ARGS; then,
-#                                                    detached, `local SEED...` (LOCAL=0: not)
+#                                                    detached, `local SEED...` (LOCAL=0: not;
+#                                                    LOCAL_SEEDS="1 2": those seeds instead)
 #   bash scripts/gpu/trinity_h200.sh local SEED...   once no Trinity run is alive: train-local
 #                                                    with configs/train_local_trinity.yaml, both
 #                                                    selectors, per SEED (scripts/gpu/train_runs.py)
@@ -74,6 +75,8 @@ experiment)
   done
   TRAIN_ARGS="$EXPERIMENT_ARGS ${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
   if [ "${LOCAL:-1}" != 0 ]; then
+    # shellcheck disable=SC2086  # LOCAL_SEEDS is a list of seeds
+    set -- ${LOCAL_SEEDS:-$@}
     setsid bash "$0" local "$@" > "$W/local.out" 2>&1 < /dev/null &
     log "train-local runs for seed(s) $* start when the Trinity runs end"
   fi

@@ -47,7 +47,7 @@ def test_rollout_and_prompt_match_the_engine(mirror):
 def test_optimiser_matches_the_engine(mirror):
     assert mirror.algorithm.lr == ENGINE["difficulty"]["algorithm"]["optimizer"]["lr"]
     assert mirror.algorithm.lr == ENGINE["difficulty"]["tuner"]["algorithm"]["learning_rate"]
-    # Trinity 0.6.0's defaults, read from the runtime Config of results/trinity_h200/
+    # Trinity 0.6.0's defaults, read from the runtime Config of results/trinity_h200/*/
     assert (mirror.algorithm.weight_decay, mirror.algorithm.clip_eps, mirror.algorithm.kl_coef,
             mirror.algorithm.max_grad_norm) == (0.01, 0.2, 0.001, 1.0)
 
