@@ -1,6 +1,6 @@
 """``scripts/gpu/trinity_h200.sh wait``: every call brings back what the runs have written.
 
-The GPU machine can be given back between two calls, and everything on it is lost then, so
+A GPU machine can be lost between two commands, and everything on it with it, so
 ``wait`` ends with ``collect``: a finished run and runs still going are packed into ``$OUT``
 each time. The script runs here for real on a made-up work folder (no GPU, no runs: a pid
 file of a process that is gone stands for a finished Trinity run, a ``local/pid`` without

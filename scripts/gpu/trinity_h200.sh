@@ -126,7 +126,7 @@ wait)
     sleep 15
   done
   tail -n 3 "$W"/gpu.csv 2>/dev/null || true
-  # what exists so far comes back with every call: a machine given back between calls loses
+  # what exists so far comes back with every call: a machine lost between calls loses
   # only what ran after the last one
   bash "$0" collect
   ;;
