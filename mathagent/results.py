@@ -403,9 +403,11 @@ def draw_side_by_side(tables: Mapping[str, pd.DataFrame], title: str | None = No
 
 
 def side_by_side_summary(tables: Mapping[str, pd.DataFrame], window: int = 10) -> pd.DataFrame:
-    """Per source and selector: seeds, steps, and the first and last ``window`` training
+    """Per source and selector: seeds, steps (the longest seed's; ``shortest_run`` the
+    shortest's, so a run that stopped early shows), and the first and last ``window`` training
     steps' mean rollout accuracy, effective task ratio and response length; the eval accuracy
-    at step 0 and at the last eval step (means over seeds)."""
+    at step 0 and at the last eval step (means over the seeds that have it; how many in
+    ``eval_last_seeds``)."""
     rows = []
     for src, table in tables.items():
         for sel, run in table.groupby("selector", sort=False):
@@ -414,7 +416,7 @@ def side_by_side_summary(tables: Mapping[str, pd.DataFrame], window: int = 10) -
             first_w, last_w = steps[steps["step"] <= window], steps[steps["step"] > last - window]
             evals = run.dropna(subset=["eval_accuracy"])
             row = {"source": src, "selector": sel, "seeds": run["seed"].nunique(),
-                   "steps": last}
+                   "steps": last, "shortest_run": int(steps.groupby("seed")["step"].max().min())}
             for col, name in (("rollout_accuracy", "rollout_accuracy"),
                               ("effective_task_ratio", "etr"),
                               ("response_length", "response_length")):
@@ -423,9 +425,10 @@ def side_by_side_summary(tables: Mapping[str, pd.DataFrame], window: int = 10) -
                     row[f"{name}_last{window}"] = last_w[col].mean()
             if not evals.empty:
                 row["eval_step0"] = evals[evals["step"] == 0]["eval_accuracy"].mean()
-                row["eval_last"] = evals[evals["step"] == evals["step"].max()][
-                    "eval_accuracy"].mean()
+                at_last = evals[evals["step"] == evals["step"].max()]
+                row["eval_last"] = at_last["eval_accuracy"].mean()
                 row["eval_last_step"] = int(evals["step"].max())
+                row["eval_last_seeds"] = at_last["seed"].nunique()
             rows.append(row)
     return pd.DataFrame(rows).round(3)
 

@@ -401,6 +401,14 @@ def test_side_by_side_names_each_selector_by_source_and_summarises_both():
     assert row["response_length_last10"] == pytest.approx(100 - 35.5)
     assert (row["eval_step0"], row["eval_last"], row["eval_last_step"]) == (0.0, 0.1, 40)
     assert summary.loc[("Trinity-RFT", "random"), "seeds"] == 2
+    assert row["shortest_run"] == 40 and row["eval_last_seeds"] == 1
+
+    # a seed that stopped early (step 37, no step-40 evaluation) is counted, not hidden
+    short = _source_table(["difficulty_based"], 40, lambda s, k: k / 40, seeds=(1,))
+    partial = pd.concat([local, short[short["step"] <= 37]])
+    row = results.side_by_side_summary({"train-local": partial}).iloc[0]
+    assert (row["seeds"], row["steps"], row["shortest_run"]) == (2, 40, 37)
+    assert (row["eval_last_step"], row["eval_last_seeds"]) == (40, 1)
 
     fig = results.draw_side_by_side(tables)
     lines = fig.axes[0].lines
