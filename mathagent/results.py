@@ -425,9 +425,10 @@ def side_by_side_summary(tables: Mapping[str, pd.DataFrame], window: int = 10) -
                     row[f"{name}_last{window}"] = last_w[col].mean()
             if not evals.empty:
                 row["eval_step0"] = evals[evals["step"] == 0]["eval_accuracy"].mean()
-                at_last = evals[evals["step"] == evals["step"].max()]
+                last_eval = int(evals["step"].max())
+                at_last = evals[evals["step"] == last_eval]
                 row["eval_last"] = at_last["eval_accuracy"].mean()
-                row["eval_last_step"] = int(evals["step"].max())
+                row["eval_last_step"] = last_eval
                 row["eval_last_seeds"] = at_last["seed"].nunique()
             rows.append(row)
     return pd.DataFrame(rows).round(3)
