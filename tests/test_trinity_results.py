@@ -218,3 +218,26 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
     assert summary[["source", "selector"]].values.tolist() == [
         ["Trinity-RFT", "difficulty_based"], ["train-local", "difficulty_based"]]
     assert summary["seeds"].tolist() == [2, 1]
+
+    # a stretch without train-local (no local.tgz) still rebuilds the side by side, now with
+    # a third engine seed; the train-local runs already there are kept as they were
+    (run / "params.json").write_text(json.dumps({**params, "seed": 8}))
+    with tarfile.open(collected / "eight.tgz", "w:gz") as tar:
+        tar.add(run, arcname="eight")
+    (collected / "gpu_apps.csv").write_text(f"{stamp},10,2048,eight\n")
+    (collected / "local.tgz").unlink()
+    no_local = subprocess.run([sys.executable, str(SCRIPT), str(collected), str(out), "--runs",
+                               "eight=difficulty_seed8", "--local", str(mirror)],
+                              capture_output=True, text=True, timeout=300, cwd=paths.REPO_ROOT)
+    assert no_local.returncode == 0, no_local.stderr
+    assert "no local.tgz" in no_local.stdout
+    assert (mirror / "difficulty_seed0" / "train.log").read_text() == "train-local log\n"
+    assert pd.read_csv(mirror / "engine_vs_local.csv")["seeds"].tolist() == [3, 1]
+    # and one naming a folder without train-local runs says so in one line
+    empty = subprocess.run([sys.executable, str(SCRIPT), str(collected), str(out), "--runs",
+                            "eight=difficulty_seed8", "--force", "--local",
+                            str(tmp_path / "nothing")],
+                           capture_output=True, text=True, timeout=300, cwd=paths.REPO_ROOT)
+    assert empty.returncode == 2
+    assert empty.stderr.strip().splitlines() == [
+        f"error: no train-local run folders in {tmp_path / 'nothing'}"]

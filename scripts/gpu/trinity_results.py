@@ -16,7 +16,9 @@ milestones (``startup.csv``) and the peak GPU memory per run and role (``gpu_mem
 ``--local LOCAL_OUT`` also unpacks ``COLLECTED/local.tgz`` (the ``train-local`` runs with the
 engine's settings, ``trinity_h200.sh local``) into ``LOCAL_OUT``: one folder per run, their
 tidy table (``train_local.csv``), and the two sources side by side
-(``engine_vs_local.png``, ``engine_vs_local.csv``).
+(``engine_vs_local.png``, ``engine_vs_local.csv``), from every run folder in ``OUT`` and in
+``LOCAL_OUT``. A stretch of GPU time that ran no ``train-local`` (no ``local.tgz``) still needs
+``--local``: the side by side is then rebuilt from the runs already in ``LOCAL_OUT``.
 """
 
 from __future__ import annotations
@@ -249,12 +251,19 @@ def main() -> int:
     print(f"wrote {args.out}")
 
     if args.local:
-        try:
-            add_local_runs(args.collected, args.local, args.force)
-        except FileExistsError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+        if (args.collected / "local.tgz").is_file():
+            try:
+                add_local_runs(args.collected, args.local, args.force)
+            except FileExistsError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+        else:
+            print(f"no local.tgz in {args.collected}: the side by side is rebuilt from the "
+                  f"train-local runs already in {args.local}")
+        local = run_folders(args.local) if args.local.is_dir() else []
+        if not local:
+            print(f"error: no train-local run folders in {args.local}", file=sys.stderr)
             return 2
-        local = run_folders(args.local)
         local_table = results.load_runs(local, progress=False)
         local_table.to_csv(args.local / "train_local.csv", index=False)
         local_step_times(local).to_csv(args.local / "step_times.csv")
