@@ -23,14 +23,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prepare-data": ("mathagent.tasks.commands", "Convert guru-RL-92k math rows into a taskset."),
     "prepare-aime": ("mathagent.tasks.commands", "Build the AIME-24 eval set from a local file or the hub."),
     "generate-arithmetic": ("mathagent.tasks.commands", "Generate the bundled arithmetic taskset."),
-    "serve": ("mathagent.serving.commands", "Serve the bundled model behind an OpenAI-compatible API."),
+    "models": ("mathagent.models", "List the policies known by name; check or assemble one's file."),
+    "serve": ("mathagent.serving.commands", "Serve a model behind an OpenAI-compatible API."),
     "run-agent": ("mathagent.rollouts.commands", "Run the ReAct agent and judge over tasks."),
     "measure-pass-rates": ("mathagent.rollouts.commands", "Measure per-task pass rates into a feature column."),
     "simulate": ("mathagent.simulation.commands", "Run the simulated selector sweep."),
     "ray": ("mathagent.launch.commands", "Start, stop or inspect a local Ray head."),
-    "export-model": ("mathagent.hf_export", "Write the bundled model as a Hugging Face folder."),
+    "export-model": ("mathagent.hf_export", "Write a model as a Hugging Face folder (vLLM, verl)."),
     "train": ("mathagent.launch.commands", "Preflight and launch Trinity-RFT training (GPU)."),
-    "train-local": ("mathagent.grpo.commands", "Tutorial-scale GRPO on the bundled model (CPU or one GPU)."),
+    "train-local": ("mathagent.grpo.commands", "Tutorial-scale GRPO on a small model (CPU or one GPU)."),
     "plot": ("mathagent.results", "Read run folders and draw the results figures."),
 }
 

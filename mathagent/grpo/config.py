@@ -39,9 +39,11 @@ class TasksetConfig:
 
 @dataclass
 class ModelConfig:
-    # GGUF file or checkpoint folder; None: the bundled GGUF
-    path: str | None = setting(None, help=f"GGUF file or checkpoint folder (default: "
-                                          f"${MODEL_PATH_ENV} or the bundled SmolLM2-135M GGUF)",
+    # a model name (mathagent.models), GGUF file, checkpoint folder or hub id; None: the
+    # bundled GGUF
+    path: str | None = setting(None, help=f"a model name (python -m mathagent models), GGUF "
+                                          f"file, checkpoint folder or hub id (default: "
+                                          f"${MODEL_PATH_ENV} or smollm2-135m-instruct)",
                                flag="--model", metavar="MODEL")
 
 

@@ -25,7 +25,14 @@ from mathagent.grpo.logger import TIDY_COLUMNS, RunLogger
 from mathagent.grpo.loss import clipped_pg_loss, group_advantages, score_completions
 from mathagent.judge import truth_from_answer
 from mathagent.metrics import effective_task_ratio
-from mathagent.policy import Completion, Policy, locate_model, make_generator, seed_stream
+from mathagent.policy import (
+    MODEL_PATH_ENV,
+    Completion,
+    Policy,
+    locate_model,
+    make_generator,
+    seed_stream,
+)
 from mathagent.trinity_tags import run_tags
 
 
@@ -161,8 +168,9 @@ class GRPOTrainer(CheckpointMixin):
             "kind": "train-local",
             "selector": self.cfg.selector.name,
             "seed": self.cfg.trainer.seed,
-            "model": str(locate_model(self.cfg.model.path)) if self.cfg.model.path else
-            "bundled SmolLM2-135M-Instruct GGUF",
+            "model": (self.cfg.model.path or os.environ.get(MODEL_PATH_ENV)
+                      or "smollm2-135m-instruct"),
+            "model_file": str(locate_model(self.cfg.model.path)),
             "device": self.cfg.trainer.device,
             "train_tasks": len(self.train_set),
             "eval_tasks": len(self.eval_set),

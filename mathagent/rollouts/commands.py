@@ -76,7 +76,7 @@ def _endpoints(opts: Options) -> Iterator[list[ModelSettings]]:
         yield [connect(_settings_from_args(opts, url), setting)[0] for url in urls]
         return
     with endpoint(_settings_from_args(opts, None), setting, n_ctx=opts.n_ctx) as settings:
-        print(f"started the bundled model at {settings.base_url}", file=sys.stderr)
+        print(f"started {settings.model} at {settings.base_url}", file=sys.stderr)
         yield [settings]
 
 

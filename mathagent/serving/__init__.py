@@ -47,14 +47,12 @@ from mathagent.serving.endpoint_settings import (
 )
 from mathagent.serving.errors import EndpointError, ServerStartError
 from mathagent.serving.logs import remove_stale_logs, temporary_log_dir
-from mathagent.serving.model_file import BUNDLED_ALIAS, BUNDLED_FILE, BUNDLED_PACKAGE, bundled_gguf
+from mathagent.serving.model_file import BUNDLED_ALIAS, bundled_gguf
 from mathagent.serving.ports import free_port, port_in_use, port_in_use_message
 from mathagent.serving.server import DEFAULT_CHAT_FORMAT, LocalServer
 
 __all__ = [
     "BUNDLED_ALIAS",
-    "BUNDLED_FILE",
-    "BUNDLED_PACKAGE",
     "DEFAULT_CHAT_FORMAT",
     "ENV_API_KEY",
     "ENV_BASE_URL",

@@ -1,4 +1,4 @@
-"""``python -m mathagent serve``: the bundled model (or a GGUF file) served until Ctrl-C."""
+"""``python -m mathagent serve``: a model by name (or a GGUF file) served until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 
 from mathagent.serving.endpoint_settings import ENV_BASE_URL, ENV_MODEL
 from mathagent.serving.errors import ServerStartError
-from mathagent.serving.model_file import bundled_gguf
+from mathagent.models import MODELS, ModelError, model_file
+from mathagent.serving.model_file import BUNDLED_ALIAS
 from mathagent.serving.server import DEFAULT_CHAT_FORMAT, LocalServer
 from mathagent.settings import add_flags, from_flags, setting
 
@@ -20,9 +21,9 @@ from mathagent.settings import add_flags, from_flags, setting
 class ServeSettings:
     """The :class:`LocalServer` options that ``serve`` takes from the command line."""
 
-    model: Path | None = setting(None, flag=True, metavar="GGUF",
-                                 help="GGUF file to serve; None serves the bundled "
-                                      "SmolLM2-135M-Instruct")
+    model: str = setting(BUNDLED_ALIAS, flag=True, metavar="MODEL",
+                         help="a model name (python -m mathagent models lists them), served "
+                              "under that name, or a .gguf file, served under its file name")
     host: str = setting("127.0.0.1", flag=True, metavar="HOST", help="interface")
     port: int | None = setting(None, flag=True, metavar="PORT", help="port; None picks a free one")
     n_ctx: int = setting(2048, flag=True, metavar="N_CTX", help="context length in tokens")
@@ -44,6 +45,18 @@ class ServeSettings:
                                        "(some virtual machines fault on AMX instructions)")
 
 
+def served_model(model: str) -> tuple[Path, str]:
+    """The GGUF file and the served name for ``--model``: a registry name is served under
+    itself, a ``.gguf`` file under its file name without the suffix."""
+    if model in MODELS:
+        return model_file(model, progress=True), model
+    path = Path(model).expanduser()
+    if path.suffix != ".gguf" or not path.is_file():
+        raise ModelError(f"--model {model!r}: not a model name ({', '.join(MODELS)}) nor an "
+                         "existing .gguf file")
+    return path, path.stem
+
+
 def serve_parser(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, ServeSettings)
 
@@ -57,8 +70,13 @@ def serve_command(args: argparse.Namespace) -> int:
     def _terminate(signum, frame):  # SIGTERM -> the same clean exit as Ctrl-C
         raise KeyboardInterrupt
 
+    try:
+        model_path, alias = served_model(options.model)
+    except ModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     previous = signal.signal(signal.SIGTERM, _terminate)
-    server = LocalServer(options.model, host=options.host, port=options.port,
+    server = LocalServer(model_path, model_alias=alias, host=options.host, port=options.port,
                          n_ctx=options.n_ctx, n_threads=options.n_threads,
                          chat_format=options.chat_format,
                          startup_timeout=options.startup_timeout, log_path=options.log,
@@ -68,7 +86,7 @@ def serve_command(args: argparse.Namespace) -> int:
         with tqdm(total=1, desc="starting model server", bar_format="{desc}: {elapsed}") as bar:
             server.start()
             bar.update()
-        print(f"serving {server.model_path or bundled_gguf()}", flush=True)
+        print(f"serving {server.model_path} as {server.model_alias}", flush=True)
         print(f"base URL: {server.base_url}", flush=True)
         print(f"use it:   export {ENV_BASE_URL}={server.base_url} {ENV_MODEL}={server.model_alias}",
               flush=True)

