@@ -9,9 +9,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mathagent.models import MODELS, ModelError, model_file
 from mathagent.serving.endpoint_settings import ENV_BASE_URL, ENV_MODEL
 from mathagent.serving.errors import ServerStartError
-from mathagent.models import MODELS, ModelError, model_file
 from mathagent.serving.model_file import BUNDLED_ALIAS
 from mathagent.serving.server import DEFAULT_CHAT_FORMAT, LocalServer
 from mathagent.settings import add_flags, from_flags, setting

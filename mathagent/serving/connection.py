@@ -6,6 +6,7 @@ import contextlib
 from dataclasses import replace
 from typing import Any
 
+from mathagent.models import MODELS, model_file
 from mathagent.serving.endpoint_settings import (
     ENV_BASE_URL,
     LOCAL_API_KEY,
@@ -13,7 +14,6 @@ from mathagent.serving.endpoint_settings import (
     check_served_model,
 )
 from mathagent.serving.errors import EndpointError
-from mathagent.models import MODELS, model_file
 from mathagent.serving.server import LocalServer
 
 
