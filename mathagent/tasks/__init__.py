@@ -22,8 +22,10 @@ Three builders feed this schema:
   removed, ``answer = "#### " + ground_truth``, the two Qwen pass-rate columns kept) plus an
   account of every dropped row, explicit handling of missing pass rates and duplicates;
 * :func:`convert_aime` / ``prepare-aime``: the AIME-24 evaluation set;
-* :func:`generate_arithmetic` / ``generate-arithmetic``: the bundled offline taskset of
-  arithmetic word problems with a wide, controlled difficulty range.
+* :func:`generate_arithmetic` / ``generate-arithmetic``: the bundled offline tasksets of
+  arithmetic word problems with a wide, controlled difficulty range, one per level set
+  (:func:`generate_level_set`): ``smollm2`` (``data/arithmetic``) and ``qwen``
+  (``data/arithmetic_qwen``, for Qwen2.5-Coder-0.5B-Instruct and its Python tool).
 
 Every loader goes through :func:`validate_taskset`, whose errors name the file, the row
 (counted from 0) and the column at fault; an input file that cannot be read at all (empty,
@@ -47,7 +49,8 @@ Modules:
 * :mod:`~mathagent.tasks.guru`: the guru-RL-92k math converter;
 * :mod:`~mathagent.tasks.aime`: the AIME-24 eval set;
 * :mod:`~mathagent.tasks.reference`: the tasksets the reference configs read;
-* :mod:`~mathagent.tasks.arithmetic`: the arithmetic generator;
+* :mod:`~mathagent.tasks.arithmetic`: the arithmetic generator and the ``smollm2`` level set;
+* :mod:`~mathagent.tasks.arithmetic_qwen`: the ``qwen`` level set (expression-shape levels);
 * :mod:`~mathagent.tasks.commands`: the ``prepare-data``, ``prepare-aime`` and
   ``generate-arithmetic`` commands.
 """
@@ -59,15 +62,21 @@ from mathagent.tasks.arithmetic import (
     ARITHMETIC_FEATURE_KEYS,
     ARITHMETIC_SEED,
     GENERATOR_COLUMNS,
+    LEVEL_SET_NAMES,
+    SMOLLM2_LEVELS,
     STRONG_KEY,
     TRAIN_LEVEL_SHARES,
     WEAK_KEY,
     ArithmeticOptions,
+    LevelSet,
     generate_arithmetic,
+    generate_level_set,
     level_counts,
+    level_set,
     level_table,
     write_arithmetic,
 )
+from mathagent.tasks.arithmetic_qwen import QWEN_FEATURE_KEYS, QWEN_LEVELS
 from mathagent.tasks.cells import BOXED_SENTENCE
 from mathagent.tasks.commands import (
     generate_arithmetic_command,
@@ -115,13 +124,14 @@ __all__ = [
     "AimeOptions", "ARITHMETIC_FEATURE_KEYS", "ARITHMETIC_SEED", "ArithmeticOptions",
     "BOXED_SENTENCE", "convert_aime", "convert_guru", "difficulty_correlations",
     "download_from_hub", "fill_value", "format_report", "generate_arithmetic",
-    "generate_arithmetic_command", "generate_arithmetic_parser", "GENERATOR_COLUMNS", "GURU_FILE",
-    "GURU_PASS_RATE_KEYS", "GURU_REPO", "GuruOptions", "hub_offline", "HubUnavailable",
-    "informative_probability", "level_counts", "level_table", "load_taskset", "normalize_answer",
+    "generate_arithmetic_command", "generate_arithmetic_parser", "generate_level_set",
+    "GENERATOR_COLUMNS", "GURU_FILE", "GURU_PASS_RATE_KEYS", "GURU_REPO", "GuruOptions",
+    "hub_offline", "HubUnavailable", "informative_probability", "level_counts", "level_set",
+    "LEVEL_SET_NAMES", "level_table", "LevelSet", "load_taskset", "normalize_answer",
     "pass_rate_columns", "pass_rate_summary", "pass_rate_values", "prepare_aime",
     "prepare_aime_command", "prepare_aime_parser", "prepare_data_command", "prepare_data_parser",
-    "prepare_guru", "probe_hub", "raw_prompt_text", "read_provenance", "read_raw_table",
-    "read_split", "read_with_trinity", "reference_tasksets", "save_taskset", "sha256_file",
-    "SPLITS", "STRONG_KEY", "TasksetError", "TRAIN_LEVEL_SHARES", "validate_taskset", "WEAK_KEY",
-    "write_arithmetic",
+    "prepare_guru", "probe_hub", "QWEN_FEATURE_KEYS", "QWEN_LEVELS", "raw_prompt_text",
+    "read_provenance", "read_raw_table", "read_split", "read_with_trinity", "reference_tasksets",
+    "save_taskset", "sha256_file", "SMOLLM2_LEVELS", "SPLITS", "STRONG_KEY", "TasksetError",
+    "TRAIN_LEVEL_SHARES", "validate_taskset", "WEAK_KEY", "write_arithmetic",
 ]

@@ -18,7 +18,7 @@ from mathagent import paths
 from mathagent.outputs import OutputError, one_line
 from mathagent.settings import SettingsError, add_flags, from_flags
 from mathagent.tasks.aime import AIME_REPO, AimeOptions, prepare_aime
-from mathagent.tasks.arithmetic import ArithmeticOptions, write_arithmetic
+from mathagent.tasks.arithmetic import ArithmeticOptions, level_set, write_arithmetic
 from mathagent.tasks.guru import GuruOptions, prepare_guru
 from mathagent.tasks.hub import HubUnavailable
 from mathagent.tasks.report import format_report
@@ -96,23 +96,30 @@ def prepare_aime_command(args: argparse.Namespace) -> int:
 
 
 def generate_arithmetic_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, default=paths.ARITHMETIC_DIR, metavar="DIR",
-                        help="taskset directory (default: %(default)s)")
-    add_flags(parser, ArithmeticOptions)
+    parser.description = ("Generate a bundled arithmetic taskset: --levels smollm2 "
+                          "(data/arithmetic, the default) or qwen (data/arithmetic_qwen).")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help=f"taskset directory (default: the level set's: "
+                             f"{paths.ARITHMETIC_DIR} for smollm2, {paths.ARITHMETIC_QWEN_DIR} "
+                             "for qwen)")
+    # each setting's help names its default (the level set's)
+    add_flags(parser, ArithmeticOptions, show_defaults=False)
     parser.add_argument("--force", action="store_true",
-                        help="overwrite a taskset that already has measured columns")
+                        help="overwrite a taskset that already has measured columns or holds "
+                             "another level set")
 
 
 def generate_arithmetic_command(args: argparse.Namespace) -> int:
     try:
         options = from_flags(ArithmeticOptions, args)
-        splits = write_arithmetic(args.out, options.n_train, options.n_test, options.seed,
-                                  force=args.force, progress=True)
-    except (TasksetError, OutputError, SettingsError) as exc:
+        out = args.out if args.out is not None else level_set(options.levels).out_dir
+        splits = write_arithmetic(out, options.n_train, options.n_test, options.seed,
+                                  force=args.force, progress=True, levels=options.levels)
+    except ValueError as exc:  # TasksetError, OutputError, SettingsError, generator limits
         return _fail(exc)
     for split, frame in splits.items():
         levels = frame["difficulty"].value_counts().sort_index()
         print(f"{split}: {len(frame)} tasks; by difficulty "
               + ", ".join(f"{k}: {v}" for k, v in levels.items()))
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
     return 0

@@ -525,7 +525,8 @@ def test_command_flags_fill_their_settings(guru_parquet, tmp_path, capsys):
     rc, _, _ = _run_cli(["generate-arithmetic", "--out", str(tmp_path / "ar"), "--n-train", "30",
                          "--n-test", "5", "--seed", "2"], capsys)
     assert rc == 0
-    assert tasks.read_provenance(tmp_path / "ar")["options"] == {"n_train": 30, "n_test": 5,
+    assert tasks.read_provenance(tmp_path / "ar")["options"] == {"levels": "smollm2",
+                                                                 "n_train": 30, "n_test": 5,
                                                                  "seed": 2}
     for argv in (["prepare-data", "--missing-pass-rate", "often"], ["generate-arithmetic",
                                                                      "--n-train", "many"]):
