@@ -15,11 +15,22 @@ its author presumably meant; changing it changes what every number in the tutori
 so it is recorded wherever pass rates are stored.
 
 **The Python tool.** The prompt promises code execution but the upstream agent has no tool.
-``AgentOptions(python_tool=True)`` equips AgentScope's own ``execute_python_code`` (a fresh
-interpreter per call, killed after ``tool_timeout`` seconds); it is off by default so the
-default matches the reference. The agent runs model-written code on this machine with your
-permissions: enable it only where that is acceptable. Nothing else in the package executes
-model text.
+``AgentOptions(python_tool=True)`` equips ``execute_python_code`` from :mod:`mathagent.sandbox`:
+each call runs in a fresh child process with its own empty folder, a clean environment, no
+network, kernel limits on memory, CPU, file sizes and processes, an audit hook refusing
+processes, sockets and writes outside its folder, and a wall-clock limit of ``tool_timeout``
+seconds; its output is cut to a few thousand characters. The limits are fixed when the tool
+is made: the model's only argument is ``code``. It is off by default so the default matches
+the reference. The sandbox is defence in depth, not a security boundary (its docstring says
+what it does not stop): enable the tool where running model-written code is acceptable.
+Nothing else in the package executes model text.
+
+**Tool calls.** Every workflow returns ``metrics={"tool_calls": n, "tool_errors": k}`` in its
+``WorkflowOutput`` (:func:`count_tool_use`): the tool calls in the agent's memory and the
+results among them that report an error (:data:`TOOL_ERROR_PREFIXES`). Trinity-RFT logs them
+per step as ``rollout/tool_calls/mean`` and ``rollout/tool_errors/mean`` (``/max``, ``/min``
+beside them; ``eval/<taskset>/tool_calls/mean@<k>`` on eval steps); the batch runner stores
+them per rollout.
 
 Models are AgentScope ``OpenAIChatModel`` objects built by :func:`build_model` from
 :class:`mathagent.serving.ModelSettings`; a thin subclass meters each call (tokens, time)
@@ -39,9 +50,10 @@ from agentscope.agent import ReActAgent
 from agentscope.formatter import OpenAIChatFormatter
 from agentscope.message import Msg
 from agentscope.model import OpenAIChatModel
-from agentscope.tool import Toolkit, execute_python_code
+from agentscope.tool import Toolkit
 from agentscope.tuner import WorkflowOutput
 
+from mathagent.sandbox import ERROR_MARKER, SandboxLimits, python_tool
 from mathagent.serving import ModelSettings
 
 AGENT_NAME = "react_agent"
@@ -65,15 +77,16 @@ DEFAULT_PROMPT = "reference"
 class AgentOptions:
     """How the workflow builds its agent. The defaults reproduce the upstream example.
 
-    ``prompt_variant``: a key of :data:`SYSTEM_PROMPTS`. ``python_tool``: equip
-    AgentScope's ``execute_python_code`` (each run limited to ``tool_timeout`` seconds).
+    ``prompt_variant``: a key of :data:`SYSTEM_PROMPTS`. ``python_tool``: equip the
+    sandboxed ``execute_python_code`` of :mod:`mathagent.sandbox` (each run limited to
+    ``tool_timeout`` seconds of wall-clock time and the other :class:`SandboxLimits`).
     ``max_iters``: reasoning-acting rounds before ReActAgent summarises (upstream: 10).
     ``console_output``: let the agent print its messages (the batch runner turns it off).
     """
 
     prompt_variant: str = DEFAULT_PROMPT
     python_tool: bool = False
-    tool_timeout: float = 30.0
+    tool_timeout: float = 10.0
     max_iters: int = 10
     console_output: bool = True
 
@@ -90,11 +103,21 @@ class AgentOptions:
     def sys_prompt(self) -> str:
         return SYSTEM_PROMPTS[self.prompt_variant]
 
+    @property
+    def sandbox_limits(self) -> SandboxLimits:
+        """What one run of the Python tool may use (the wall clock: ``tool_timeout``)."""
+        return SandboxLimits(timeout=float(self.tool_timeout))
+
     def describe(self) -> dict[str, Any]:
-        """JSON-able record for provenance files."""
-        return {"prompt_variant": self.prompt_variant, "python_tool": self.python_tool,
-                "tool_timeout": self.tool_timeout if self.python_tool else None,
-                "max_iters": self.max_iters}
+        """JSON-able record for provenance files. With the tool on it names the sandbox and
+        its limits (``tool_sandbox``); without, the record is the one earlier side tables
+        hold, so their measurements still resume."""
+        record = {"prompt_variant": self.prompt_variant, "python_tool": self.python_tool,
+                  "tool_timeout": self.tool_timeout if self.python_tool else None,
+                  "max_iters": self.max_iters}
+        if self.python_tool:
+            record["tool_sandbox"] = self.sandbox_limits.describe()
+        return record
 
 
 # --------------------------------------------------------------------------------------
@@ -228,17 +251,43 @@ def build_model(settings: ModelSettings, seed: int | None = None) -> MeteredChat
 
 
 def build_toolkit(options: AgentOptions) -> Toolkit | None:
-    """None (the upstream agent) or a toolkit holding ``execute_python_code``.
+    """None (the upstream agent) or a toolkit holding the sandboxed ``execute_python_code``.
 
-    The timeout is preset, so it is not part of the schema the model sees and cannot be
-    raised by the model.
+    The limits are bound inside the tool (:func:`mathagent.sandbox.python_tool`): its schema
+    has ``code`` only, and a call carrying any other argument fails instead of changing them.
     """
     if not options.python_tool:
         return None
     toolkit = Toolkit()
-    toolkit.register_tool_function(execute_python_code,
-                                   preset_kwargs={"timeout": float(options.tool_timeout)})
+    toolkit.register_tool_function(python_tool(options.sandbox_limits))
     return toolkit
+
+
+#: A tool result whose text starts with one of these counts as a tool error: a failed run
+#: of the sandbox (:data:`mathagent.sandbox.ERROR_MARKER`; AgentScope's text for a tool that
+#: raised starts the same way) and AgentScope's answers to an unknown or inactive tool or to
+#: bad arguments.
+TOOL_ERROR_PREFIXES = (ERROR_MARKER, "Error during", "FunctionNotFoundError:",
+                       "FunctionInactiveError:", "Invalid arguments:")
+
+
+def _result_text(block: Any) -> str:
+    output = block.get("output")
+    if isinstance(output, str):
+        return output
+    return "".join(b.get("text", "") for b in output or [] if isinstance(b, dict))
+
+
+def count_tool_use(messages: list) -> dict[str, float]:
+    """``{"tool_calls": n, "tool_errors": k}`` over an agent's memory: every tool call the
+    model made (``ToolUseBlock``, the meta tool ``reset_equipped_tools`` included) and the
+    results that report an error (:data:`TOOL_ERROR_PREFIXES`)."""
+    calls = errors = 0
+    for msg in messages:
+        calls += len(msg.get_content_blocks("tool_use"))
+        errors += sum(_result_text(b).lstrip().startswith(TOOL_ERROR_PREFIXES)
+                      for b in msg.get_content_blocks("tool_result"))
+    return {"tool_calls": float(calls), "tool_errors": float(errors)}
 
 
 def build_agent(model: Any, options: AgentOptions = AgentOptions()) -> ReActAgent:
@@ -270,7 +319,10 @@ def make_workflow(options: AgentOptions = AgentOptions()):
     """A workflow function for ``options``, with the signature the tuner accepts.
 
     ``make_workflow()`` behaves exactly like :func:`run_react_agent`; the options are
-    captured in a closure because the tuner allows no extra parameters.
+    captured in a closure because the tuner allows no extra parameters. Ray hands the
+    closure to Trinity-RFT's workers with cloudpickle, by value (its name,
+    ``run_react_agent``, finds another object), so the options travel with it. The output
+    carries the run's :func:`count_tool_use` as ``metrics``.
     """
 
     async def workflow(task: dict, model: Any, auxiliary_models: dict | None = None):
@@ -280,7 +332,8 @@ def make_workflow(options: AgentOptions = AgentOptions()):
         question = _check_task(task)
         agent = build_agent(model, options)
         reply = await agent.reply(msg=Msg("user", question, role="user"))
-        return WorkflowOutput(response=reply)
+        metrics = count_tool_use(await agent.memory.get_memory())
+        return WorkflowOutput(response=reply, metrics=metrics)
 
     workflow.__name__ = workflow.__qualname__ = "run_react_agent"
     workflow.__doc__ = f"ReAct math workflow with {options.describe()}."
@@ -296,9 +349,12 @@ async def run_react_agent(task: dict, model: Any, auxiliary_models: dict | None 
 
     ``model`` is an AgentScope chat model (under Trinity-RFT: the explorer's model, during
     tutorials: :func:`build_model`). Returns ``WorkflowOutput(response=<reply Msg>)`` for
-    the judge.
+    the judge and ``metrics`` (:func:`count_tool_use`).
     """
     return await _REFERENCE_WORKFLOW(task, model, auxiliary_models)
+
+
+run_react_agent.options = _REFERENCE_WORKFLOW.options
 
 
 @dataclass
@@ -317,7 +373,8 @@ async def run_with_transcript(task: dict, model: Any,
     agent = build_agent(model, options)
     reply = await agent.reply(msg=Msg("user", question, role="user"))
     messages = await agent.memory.get_memory()
-    return Transcript(WorkflowOutput(response=reply), list(messages), options.sys_prompt)
+    return Transcript(WorkflowOutput(response=reply, metrics=count_tool_use(messages)),
+                      list(messages), options.sys_prompt)
 
 
 def transcript_table(transcript: Transcript):

@@ -27,6 +27,10 @@ TAGS: dict[str, str] = {
     "effective_task_ratio": "experience_pipeline/selection/valid_ratio",
     "rollout_format_score": "rollout/format_score/mean",
     "finished_task_count": "rollout/finished_task_count",
+    # the workflow's own metrics (mathagent.agent.count_tool_use): tool calls and tool errors
+    # per agent run, averaged per task, then over the step's tasks
+    "rollout_tool_calls": "rollout/tool_calls/mean",
+    "rollout_tool_errors": "rollout/tool_errors/mean",
     # trainer side: mean sequence reward of the batch, policy loss and its statistics
     "trainer_reward": "critic/rewards/mean",
     "pg_loss": "actor/pg_loss",

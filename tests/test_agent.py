@@ -1,18 +1,25 @@
 """The ReAct workflow: signature, prompt, the optional Python tool, and real runs.
 
 End-to-end tests talk to the bundled SmolLM2 behind the real llama.cpp server (greedy,
-a few tokens per reply to spare the CPU); nothing is mocked.
+a few tokens per reply to spare the CPU); nothing is mocked. The tool-call metrics are
+checked offline with a scripted chat model (a model that calls the tool, which SmolLM2 behind
+llama.cpp never does) and the real sandbox.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 
 import pytest
-from agentscope.message import Msg, ToolUseBlock
+from agentscope.message import Msg, TextBlock, ToolResultBlock, ToolUseBlock
+from agentscope.model import ChatModelBase, ChatResponse
 from agentscope.tuner import WorkflowOutput, check_workflow_function
+from bounds import hang_bound
 
-from mathagent import agent
+from mathagent import agent, trinity_tags
 from mathagent.agent import AgentOptions, build_model, make_workflow, metered, run_react_agent
 from mathagent.judge import gsm8k_judge, score
 from mathagent.serving import LocalServer, ModelSettings
@@ -84,26 +91,127 @@ def test_python_tool_is_off_by_default():
     assert agent.build_toolkit(AgentOptions()) is None
 
 
-def test_python_tool_runs_code_with_a_fixed_timeout():
+async def call_tool(toolkit, arguments: dict) -> str:
+    block = ToolUseBlock(type="tool_use", id="1", name="execute_python_code", input=arguments)
+    last = None
+    async for chunk in await toolkit.call_tool_function(block):
+        last = chunk
+    return "".join(b.get("text", "") for b in last.content)
+
+
+def test_python_tool_is_the_sandboxed_one_with_a_fixed_timeout():
     toolkit = agent.build_toolkit(AgentOptions(python_tool=True, tool_timeout=2.0))
     schemas = {s["function"]["name"]: s for s in toolkit.get_json_schemas()}
     assert set(schemas) == {"execute_python_code"}
-    assert "timeout" not in schemas["execute_python_code"]["function"]["parameters"]["properties"]
+    assert set(schemas["execute_python_code"]["function"]["parameters"]["properties"]) == {
+        "code"}
+    assert asyncio.run(call_tool(toolkit, {"code": "print(6 * 7)"})) == \
+        "Exit status 0.\nstdout:\n42"
+    # code that never finishes hits the preset timeout, and no argument raises it
+    for arguments in ({"code": "while True:\n    pass"},
+                      {"code": "while True:\n    pass", "timeout": 600.0}):
+        text = asyncio.run(call_tool(toolkit, arguments))
+        assert any(text.startswith(p) for p in agent.TOOL_ERROR_PREFIXES), text
+    assert "ran longer than 2 s" in asyncio.run(call_tool(toolkit, {"code": "while 1: pass"}))
+    # model code cannot reach this process's environment or the network
+    text = asyncio.run(call_tool(toolkit, {"code": "import os, socket\n"
+                                                   "print(sorted(os.environ)[:1])\n"
+                                                   "socket.socket()"}))
+    assert "['HOME']" in text and "sandbox: socket.__new__ is not allowed" in text
 
-    async def call(kit, code: str) -> str:
-        block = ToolUseBlock(type="tool_use", id="1", name="execute_python_code",
-                             input={"code": code})
-        last = None
-        async for chunk in await kit.call_tool_function(block):
-            last = chunk
-        return "".join(b.get("text", "") for b in last.content)
 
-    # code that finishes gets a generous bound (a fresh interpreter starts for each call,
-    # which can take seconds on a busy machine) ...
-    roomy = agent.build_toolkit(AgentOptions(python_tool=True, tool_timeout=120.0))
-    assert "42" in asyncio.run(call(roomy, "print(6 * 7)"))
-    # ... code that never finishes hits the preset timeout on any machine
-    assert "timeout of 2.0 seconds" in asyncio.run(call(toolkit, "while True:\n    pass"))
+def test_describe_records_the_sandbox_and_its_limits():
+    assert AgentOptions().tool_timeout == 10.0
+    off = AgentOptions().describe()  # as before the sandbox: earlier side tables resume
+    assert off == {"prompt_variant": "reference", "python_tool": False, "tool_timeout": None,
+                   "max_iters": 10}
+    on = AgentOptions(python_tool=True, tool_timeout=3.0).describe()
+    assert on["tool_timeout"] == 3.0
+    assert on["tool_sandbox"]["sandbox"] == "mathagent.sandbox"
+    assert on["tool_sandbox"]["timeout"] == 3.0
+    assert on["tool_sandbox"]["memory_bytes"] == 1 << 30
+    json.dumps(on)  # provenance files are JSON
+
+
+def test_count_tool_use_counts_calls_and_error_results():
+    def result(text):
+        return ToolResultBlock(type="tool_result", id="r", name="execute_python_code",
+                               output=[TextBlock(type="text", text=text)])
+
+    call = ToolUseBlock(type="tool_use", id="c", name="execute_python_code", input={"code": "1"})
+    messages = [
+        Msg("user", "What is 3 + 4?", role="user"),
+        Msg("react_agent", [call, call], role="assistant"),
+        Msg("system", [result("Exit status 0.\nstdout:\n7"),
+                       result("Error: the code exited with status 1.")], role="system"),
+        Msg("react_agent", [call], role="assistant"),
+        Msg("system", [ToolResultBlock(type="tool_result", id="r", name="nope",
+                                       output="FunctionNotFoundError: Cannot find nope")],
+            role="system"),
+        Msg("react_agent", "The answer is 7. Error: none", role="assistant"),
+    ]
+    assert agent.count_tool_use(messages) == {"tool_calls": 3.0, "tool_errors": 2.0}
+    assert agent.count_tool_use(messages[:1]) == {"tool_calls": 0.0, "tool_errors": 0.0}
+
+
+class ScriptedModel(ChatModelBase):
+    """A chat model that replies from a script: one tool call per code, then a text."""
+
+    def __init__(self, codes: list[str], answer: str):
+        super().__init__("scripted", stream=False)
+        self.replies = [[ToolUseBlock(type="tool_use", id=f"call{i}",
+                                      name="execute_python_code", input={"code": code})]
+                        for i, code in enumerate(codes)] + [[TextBlock(type="text",
+                                                                       text=answer)]]
+        self.seen: list[list[dict]] = []
+
+    async def __call__(self, messages, tools=None, tool_choice=None, **kwargs):
+        self.seen.append(messages)
+        return ChatResponse(content=self.replies[len(self.seen) - 1])
+
+
+def test_workflow_reports_tool_calls_and_errors_as_metrics():
+    model = ScriptedModel(["print(3 + 4)", "1 / 0"], "So \\boxed{7}.")
+    workflow = make_workflow(AgentOptions(python_tool=True, console_output=False))
+    output = asyncio.run(workflow({"question": "What is 3 + 4?"}, model))
+    assert output.metrics == {"tool_calls": 2.0, "tool_errors": 1.0}
+    assert output.response.get_text_content() == "So \\boxed{7}."
+    # the sandbox's answers reached the model
+    sent = json.dumps(model.seen[-1])
+    assert "stdout:\\n7" in sent and "ZeroDivisionError" in sent
+
+    # Trinity-RFT aggregates the metrics per task, then per step, under these tags
+    from trinity.utils.metrics import aggregate_metrics, calculate_task_level_metrics
+
+    task = calculate_task_level_metrics([output.metrics, {"tool_calls": 0.0,
+                                                          "tool_errors": 0.0}], False)
+    step = aggregate_metrics([task], prefix="rollout")
+    assert step[trinity_tags.TAGS["rollout_tool_calls"]] == 1.0
+    assert step[trinity_tags.TAGS["rollout_tool_errors"]] == 0.5
+
+
+def test_reference_workflow_reports_no_tool_calls():
+    model = ScriptedModel([], "7")
+    output = asyncio.run(run_react_agent({"question": "What is 3 + 4?"}, model))
+    assert output.metrics == {"tool_calls": 0.0, "tool_errors": 0.0}
+    assert run_react_agent.options == AgentOptions()
+
+
+def test_workflow_options_survive_the_trip_to_a_ray_worker():
+    """Ray hands the workflow to Trinity's workers with cloudpickle; another interpreter
+    loading it must get the same options (not the reference workflow of the same name)."""
+    from ray import cloudpickle
+
+    workflow = make_workflow(AgentOptions(python_tool=True, tool_timeout=4.0, max_iters=3))
+    code = ("import pickle, sys\n"
+            "w = pickle.loads(sys.stdin.buffer.read())\n"
+            "import mathagent.agent as a\n"
+            "print(w is a.run_react_agent, w.options.python_tool, w.options.tool_timeout, "
+            "w.options.max_iters)\n")
+    done = subprocess.run([sys.executable, "-c", code], input=cloudpickle.dumps(workflow),
+                          capture_output=True, timeout=hang_bound(300))
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == ["False", "True", "4.0", "3"]
 
 
 def test_workflow_rejects_bad_tasks_and_auxiliary_models():

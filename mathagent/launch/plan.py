@@ -34,6 +34,7 @@ from mathagent.launch.tuner import (
     lost_rollout_settings,
     restore_rollout_settings,
     tuner_settings,
+    workflow_for,
 )
 
 
@@ -44,6 +45,8 @@ class LaunchPlan:
     ``yaml_config`` is the Trinity config as the YAML (plus overrides) says;
     ``config`` is the same after ``tune()``'s Python-side overrides, before
     ``check_and_update()``; ``overridden`` lists ``(key, yaml value, value used)``.
+    ``settings["agent"]`` holds the agent's settings (``tuner.agent``) that
+    ``workflow_func`` was made for.
     """
 
     config_path: Path
@@ -69,7 +72,8 @@ def load_plan(config_path: str | Path, overrides: Sequence[str] = (),
 
     ``overrides`` are ``KEY=VALUE`` strings: Trinity keys (``buffer.batch_size=8``, list
     items by index: ``buffer.explorer_input.eval_tasksets.0.path=/data/aime``) or
-    ``tuner.model.<field>`` / ``tuner.algorithm.<field>`` / ``tuner.judge``. ``judge``
+    ``tuner.model.<field>`` / ``tuner.algorithm.<field>`` / ``tuner.judge`` /
+    ``tuner.agent.<setting>`` (the workflow's agent: :func:`workflow_for`). ``judge``
     (the command line's ``--judge``) overrides ``tuner.judge``; both take a name of
     :data:`mathagent.judge.JUDGES` or a dotted path. verl's attention settings the YAML leaves
     unset are filled by :func:`choose_attention`. The YAML handed to Trinity (env variables
@@ -123,7 +127,8 @@ def load_plan(config_path: str | Path, overrides: Sequence[str] = (),
 
     model, algorithm = _tuner_objects(settings, config_path)
     try:
-        workflow_func, judge_func = _import_object(WORKFLOW), _import_object(judge_dotted)
+        workflow_func = workflow_for(settings["agent"])
+        judge_func = _import_object(judge_dotted)
     except Exception as exc:
         raise ConfigError(f"cannot import the workflow {WORKFLOW} or judge {judge_dotted}: "
                           f"{type(exc).__name__}: {exc}") from None

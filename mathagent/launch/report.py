@@ -18,6 +18,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def agent_options(workflow_func: Any) -> dict[str, Any] | None:
+    """What the workflow's agent is (``AgentOptions.describe()``: prompt, the sandboxed
+    Python tool and its limits, ReAct rounds), or None for a workflow without options."""
+    options = getattr(workflow_func, "options", None)
+    return options.describe() if options is not None else None
+
+
 def summarize_config(config: Any) -> dict[str, Any]:
     """The settings of a (checked) Trinity config that matter for this tutorial, as plain data."""
     bi = config.buffer.explorer_input
@@ -29,6 +36,7 @@ def summarize_config(config: Any) -> dict[str, Any]:
         out = {"name": t.name, "path": t.path, "split": t.split, "repeat_times": t.repeat_times,
                "workflow": t.default_workflow_type,
                "workflow_func": _plain(t.workflow_args.get("workflow_func")),
+               "agent": agent_options(t.workflow_args.get("workflow_func")),
                "judge_func": _plain(t.workflow_args.get("judge_func"))}
         if not t.is_eval:
             out["data_selector"] = {"selector_type": sel.selector_type, "seed": sel.seed,

@@ -2,8 +2,10 @@
 
 The reference launcher builds a ``TunerModelConfig`` and an ``AlgorithmConfig`` in Python and
 ``tune()`` writes them over the YAML; :func:`tuner_settings` starts from the reference's values,
-applies the config's ``tuner:`` block and picks the run's judge, and :func:`_tuner_objects`
-builds the two objects. ``tune()`` also replaces the YAML's ``explorer.rollout_model`` by a
+applies the config's ``tuner:`` block, picks the run's judge and reads the agent's settings
+(``tuner.agent``: the sandboxed Python tool, its timeout, the ReAct rounds; by default the
+upstream agent), :func:`_tuner_objects` builds the two objects and :func:`workflow_for` the
+workflow function. ``tune()`` also replaces the YAML's ``explorer.rollout_model`` by a
 fresh one: :func:`lost_rollout_settings` finds what it drops and
 :func:`carrying_rollout_settings` puts it back while ``tune()`` runs.
 """
@@ -45,6 +47,10 @@ TUNER_BLOCK = "tuner"
 #: Where the workflow lives (imported when a plan is built). The judge is chosen per run
 #: (``tuner.judge`` in the YAML or ``train --judge``) from :data:`mathagent.judge.JUDGES`.
 WORKFLOW = "mathagent.agent.run_react_agent"
+#: ``tuner.agent`` settings: fields of :class:`mathagent.agent.AgentOptions`, with the kind of
+#: value each takes. Left out, a setting keeps the upstream agent's value (no tool).
+AGENT_SETTINGS = {"python_tool": "true or false", "tool_timeout": "a number of seconds",
+                  "max_iters": "a whole number"}
 
 
 def reference_settings() -> dict[str, dict[str, Any]]:
@@ -61,15 +67,16 @@ def tuner_settings(raw: dict, config_path: Path,
     The reference's settings (:func:`reference_settings`), updated by the config's ``tuner``
     block, which is removed from ``raw`` (Trinity does not know it). The judge is ``judge``
     (the command line's ``--judge``), else ``tuner.judge``, else
-    :data:`mathagent.judge.DEFAULT_JUDGE`; its name is ``settings["judge"]``.
+    :data:`mathagent.judge.DEFAULT_JUDGE`; its name is ``settings["judge"]``. The agent's
+    settings (:func:`agent_settings`) are ``settings["agent"]``.
     """
     from mathagent.judge import DEFAULT_JUDGE, judge_path
 
     settings = reference_settings()
     block = raw.pop(TUNER_BLOCK, None) or {}
-    if not isinstance(block, dict) or set(block) - {"model", "algorithm", "judge"}:
+    if not isinstance(block, dict) or set(block) - {"model", "algorithm", "judge", "agent"}:
         raise ConfigError(f"{config_path}: invalid setting `{TUNER_BLOCK}`: expected only "
-                          "`model`, `algorithm` and `judge`")
+                          "`model`, `algorithm`, `judge` and `agent`")
     for part in ("model", "algorithm"):
         settings[part].update(block.get(part) or {})
     judge_name = str(judge or block.get("judge") or DEFAULT_JUDGE)
@@ -79,7 +86,51 @@ def tuner_settings(raw: dict, config_path: Path,
         where = "--judge" if judge else f"{config_path}: invalid setting `{TUNER_BLOCK}.judge`"
         raise ConfigError(f"{where}: {exc}") from None
     settings["judge"] = judge_name
+    settings["agent"] = agent_settings(block.get("agent"), config_path)
     return settings, judge_dotted
+
+
+def agent_settings(block: Any, config_path: Path) -> dict[str, Any]:
+    """``tuner.agent`` checked and completed: every key of :data:`AGENT_SETTINGS`, the
+    upstream agent's value where the block leaves one out. A wrong key or value raises
+    :class:`ConfigError` naming the file and the key."""
+    from mathagent.agent import AgentOptions
+
+    where = f"{config_path}: invalid setting `{TUNER_BLOCK}.agent"
+    block = {} if block is None else block
+    if not isinstance(block, dict):
+        raise ConfigError(f"{where}`: expected a mapping with {', '.join(AGENT_SETTINGS)}")
+    for key, value in block.items():
+        if key not in AGENT_SETTINGS:
+            raise ConfigError(f"{where}.{key}`: not an agent setting (settings: "
+                              f"{', '.join(AGENT_SETTINGS)})")
+        kind = {"python_tool": bool, "tool_timeout": (int, float), "max_iters": int}[key]
+        if not isinstance(value, kind) or (key != "python_tool" and isinstance(value, bool)):
+            raise ConfigError(f"{where}.{key}`: expected {AGENT_SETTINGS[key]}, got {value!r}")
+    reference = AgentOptions()
+    values = {key: block.get(key, getattr(reference, key)) for key in AGENT_SETTINGS}
+    values["tool_timeout"] = float(values["tool_timeout"])
+    try:
+        AgentOptions(**values)
+    except ValueError as exc:
+        key = next((k for k in AGENT_SETTINGS if k in str(exc)), "")
+        raise ConfigError(f"{where}.{key}`: {exc}") from None
+    return values
+
+
+def workflow_for(agent: dict[str, Any]) -> Any:
+    """The workflow function ``tune()`` gets for the ``tuner.agent`` settings ``agent``.
+
+    The upstream agent's settings give :data:`WORKFLOW` itself (imported by its name); others
+    give ``make_workflow(AgentOptions(...))``, a closure holding the options, which Ray hands
+    to Trinity-RFT's workers with cloudpickle, by value (its name finds another object).
+    """
+    from mathagent.agent import AgentOptions, make_workflow
+
+    reference = AgentOptions()
+    if all(value == getattr(reference, key) for key, value in agent.items()):
+        return _import_object(WORKFLOW)
+    return make_workflow(AgentOptions(**agent))
 
 
 def _import_object(dotted: str) -> Any:

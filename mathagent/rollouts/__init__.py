@@ -8,11 +8,12 @@ timeout, an exception in the agent or the judge) is recorded as *failed*: ``erro
 why and ``reward``/``accuracy`` are NaN, not 0, so a dead endpoint never passes for a model
 that answers wrong; the batch never aborts. The result is a
 tidy table with one row per (task, rollout): ``row, task_id, rollout, question, truth,
-response, extracted, reward, accuracy, latency_s, tokens, input_tokens, calls, model_s,
-error``: ``row`` is the task's position in its split, ``task_id`` the taskset's own id
-column (else the row), ``tokens`` the completion tokens (None when the server does not
-report usage) and ``model_s`` the seconds spent inside model calls, so ``latency_s -
-model_s`` is the runner's own overhead.
+response, extracted, reward, accuracy, latency_s, tokens, error, input_tokens, calls,
+model_s, tool_calls, tool_errors``: ``row`` is the task's position in its split, ``task_id``
+the taskset's own id column (else the row), ``tokens`` the completion tokens (None when the
+server does not report usage), ``model_s`` the seconds spent inside model calls, so
+``latency_s - model_s`` is the runner's own overhead, and ``tool_calls`` / ``tool_errors``
+the agent's tool calls and the failed ones among them (None for a rollout that failed).
 
 **Pass-rate measurement** (:func:`measure_pass_rates`, ``python -m mathagent
 measure-pass-rates``). Answers every task of a split ``n`` times (16 by default, as the
@@ -72,6 +73,7 @@ from mathagent.rollouts.records import (
     FAILURE_KINDS,
     MAX_ERROR_CHARS,
     ROLLOUT_KEYS,
+    RUNNER_KEYS,
     TIMEOUT_PREFIX,
     chunk_seed,
     describe_failures,
@@ -101,8 +103,8 @@ from mathagent.rollouts.store import (
 )
 
 __all__ = [
-    "ENDPOINT_ERROR_PREFIX", "FAILURE_KINDS", "MAX_ERROR_CHARS", "ROLLOUT_KEYS", "SIDE_SCHEMA",
-    "TASKSET_LOCK_NAME", "TASKSET_LOCK_TIMEOUT", "TIMEOUT_PREFIX",
+    "ENDPOINT_ERROR_PREFIX", "FAILURE_KINDS", "MAX_ERROR_CHARS", "ROLLOUT_KEYS", "RUNNER_KEYS",
+    "SIDE_SCHEMA", "TASKSET_LOCK_NAME", "TASKSET_LOCK_TIMEOUT", "TIMEOUT_PREFIX",
     "EndpointBackend", "MeasureError", "MeasureResult", "RayFanout",
     "_one_rollout", "_update_provenance", "_write_column",
     "accuracy_table", "arun_rollouts", "as_task_dicts", "check_measurement", "chunk_seed",

@@ -77,9 +77,11 @@ class AgentJudge:
              "single braces")
     python_tool: bool = setting(
         False, flag=True,
-        help="give the agent AgentScope's execute_python_code (runs model code)")
-    tool_timeout: float = setting(30.0, flag=True, metavar="TOOL_TIMEOUT",
-                                  help="seconds per code execution")
+        help="give the agent execute_python_code, which runs model-written code in "
+             "mathagent.sandbox (a limited child process: no network, no new processes, "
+             "writes only in its own temporary folder)")
+    tool_timeout: float = setting(10.0, flag=True, metavar="TOOL_TIMEOUT",
+                                  help="wall-clock seconds per code execution")
     lenient: bool = setting(
         False, flag=True,
         help="also accept the last number of a reply (the upstream boxed-answer judge does "

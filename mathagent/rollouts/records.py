@@ -17,6 +17,11 @@ import numpy as np
 ROLLOUT_KEYS = ("rollout", "reward", "accuracy", "response", "extracted", "latency_s",
                 "tokens", "error")
 
+#: What the endpoint runner records besides :data:`ROLLOUT_KEYS`: prompt tokens, model calls
+#: and seconds inside them, and the agent's tool calls and tool errors (the workflow's metrics,
+#: :func:`mathagent.agent.count_tool_use`).
+RUNNER_KEYS = ("input_tokens", "calls", "model_s", "tool_calls", "tool_errors")
+
 MAX_ERROR_CHARS = 500
 
 
@@ -41,10 +46,14 @@ def _error_text(exc: BaseException) -> str:
 
 
 def _failed_record(rollout: int, error: str | None, latency: float = math.nan) -> dict:
-    """A record that has no reward (yet): NaN, never 0, so it cannot pass for a wrong reply."""
+    """A record that has no reward (yet): NaN, never 0, so it cannot pass for a wrong reply.
+
+    Besides :data:`ROLLOUT_KEYS` it has the endpoint runner's :data:`RUNNER_KEYS` (tool calls
+    unknown, None, until the workflow returns its metrics)."""
     return {"rollout": rollout, "reward": math.nan, "accuracy": math.nan, "response": None,
             "extracted": None, "latency_s": latency, "tokens": None, "error": error,
-            "input_tokens": None, "calls": 0, "model_s": 0.0}
+            "input_tokens": None, "calls": 0, "model_s": 0.0, "tool_calls": None,
+            "tool_errors": None}
 
 
 ENDPOINT_ERROR_PREFIX = "endpoint error: "

@@ -21,6 +21,7 @@ import pandas as pd
 from mathagent.rollouts.records import (
     ENDPOINT_ERROR_PREFIX,
     ROLLOUT_KEYS,
+    RUNNER_KEYS,
     TIMEOUT_PREFIX,
     _error_text,
     _failed_record,
@@ -51,6 +52,9 @@ async def _one_rollout(task: dict, rollout: int, model: Any, workflow: Callable,
         try:
             output = await asyncio.wait_for(workflow(task=task, model=model), timeout)
             text = response_text(getattr(output, "response", None))
+            for key in ("tool_calls", "tool_errors"):
+                value = (getattr(output, "metrics", None) or {}).get(key)
+                record[key] = None if value is None else int(value)
             verdict = await judge(task=task, response=getattr(output, "response", None))
             reward = float(verdict.reward)
             if not math.isfinite(reward):
@@ -84,7 +88,7 @@ async def arun_rollouts(tasks: Sequence[dict], settings: ModelSettings, *, n: in
     ``tasks`` are dicts with ``question``, ``answer`` and an integer ``row``.
     ``options`` is an :class:`mathagent.agent.AgentOptions` (default: the reference agent,
     console output off). Returns, for each task in order, its ``n`` records (keys
-    :data:`ROLLOUT_KEYS` plus ``input_tokens, calls, model_s``). ``on_rollout`` is called
+    :data:`ROLLOUT_KEYS` plus :data:`RUNNER_KEYS`). ``on_rollout`` is called
     with each record as it finishes (progress bars).
     """
     from mathagent.agent import AgentOptions, build_model, make_workflow
@@ -178,19 +182,19 @@ def run_tasks(tasks: Any, settings: ModelSettings, *, n: int = 1, seed: int = 0,
                          "rollout": rec["rollout"],
                          "question": task["question"], "truth": truth_from_answer(task["answer"]),
                          **{k: rec.get(k) for k in ROLLOUT_KEYS if k != "rollout"},
-                         "input_tokens": rec.get("input_tokens"), "calls": rec.get("calls"),
-                         "model_s": rec.get("model_s")})
+                         **{k: rec.get(k) for k in RUNNER_KEYS}})
     frame = pd.DataFrame(rows)
-    for col in ("tokens", "input_tokens", "calls"):
+    for col in ("tokens", "input_tokens", "calls", "tool_calls", "tool_errors"):
         frame[col] = frame[col].astype("Int64")
     return frame
 
 
 def summarize(frame: pd.DataFrame) -> dict[str, Any]:
-    """Headline numbers of a runner table: accuracy, failures, latency, tokens.
+    """Headline numbers of a runner table: accuracy, failures, latency, tokens, tool use.
 
     ``accuracy`` and ``mean_reward`` are over the rollouts that ran (failed ones have no
-    reward); ``failed`` counts the others and ``failures`` splits them by kind.
+    reward); ``failed`` counts the others and ``failures`` splits them by kind;
+    ``tool_calls`` and ``tool_errors`` are totals over the rollouts that report them.
     """
     errors = frame["error"].fillna("")
     timeouts = errors.str.startswith(TIMEOUT_PREFIX)
@@ -209,6 +213,8 @@ def summarize(frame: pd.DataFrame) -> dict[str, Any]:
         "mean_latency_s": float(frame["latency_s"].mean()),
         "mean_completion_tokens": float(frame["tokens"].astype("Float64").mean())
         if frame["tokens"].notna().any() else math.nan,
+        **{col: int(frame[col].sum()) if col in frame else 0
+           for col in ("tool_calls", "tool_errors")},
     }
 
 

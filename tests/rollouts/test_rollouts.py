@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from bounds import hang_bound
 
 from mathagent import rollouts, tasks
 from mathagent.cli import main as cli_main
@@ -122,7 +123,7 @@ def test_driver_imports_without_agentscope_ray_or_datasets():
             "['measure-pass-rates', '--column', 'x', '--backend', 'hf'])\n"
             "print(args.backend, r.ROLLOUT_KEYS[0])\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, cwd=REPO)
+                         timeout=hang_bound(300), cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["hf", "rollout"]
 
@@ -139,12 +140,15 @@ def test_runner_table(settings):
     assert list(table["row"]) == [0, 1, 2] and set(table["rollout"]) == {0}
     assert list(table["task_id"]) == ["t0", "t1", "t2"]          # the taskset's own ids
     for col in ("question", "truth", "response", "extracted", "reward", "accuracy", "latency_s",
-                "tokens", "input_tokens", "calls", "model_s", "error"):
+                "tokens", "input_tokens", "calls", "model_s", "error", "tool_calls",
+                "tool_errors"):
         assert col in table.columns
     assert table["error"].isna().all()
     assert table["response"].map(lambda t: isinstance(t, str) and len(t) > 0).all()
     assert table["tokens"].between(1, DECODING["max_tokens"]).all()
     assert (table["calls"] == 1).all()
+    # the reference agent offered no tool call (one model call, a text reply)
+    assert (table["tool_calls"] == 0).all() and (table["tool_errors"] == 0).all()
     assert (table["latency_s"] >= table["model_s"]).all()
     assert set(table["reward"]) <= {0.0, 1.0}
     summary = rollouts.summarize(table)
@@ -169,10 +173,42 @@ def test_runner_survives_timeouts():
                                    progress=False)
     assert len(table) == 4
     assert table["error"].str.startswith("timeout after").all()
+    assert table["tool_calls"].isna().all() and table["tool_errors"].isna().all()  # unknown
     # failed, not wrong: no reward at all, and the summary counts them as failed
     assert table["reward"].isna().all() and table["response"].isna().all()
     summary = rollouts.summarize(table)
     assert summary["failed"] == 4 and summary["failures"] == {"timeout": 4}
+
+
+def test_runner_records_the_agents_tool_calls():
+    """A rollout's record carries the workflow's tool calls and tool errors (a scripted chat
+    model calls the sandboxed tool twice, once with code that fails, then answers)."""
+    import asyncio
+
+    from agentscope.message import TextBlock, ToolUseBlock
+    from agentscope.model import ChatModelBase, ChatResponse
+
+    from mathagent.agent import AgentOptions, make_workflow
+    from mathagent.judge import get_judge
+
+    class Scripted(ChatModelBase):
+        def __init__(self):
+            super().__init__("scripted", stream=False)
+            self.replies = [[ToolUseBlock(type="tool_use", id=str(i), name="execute_python_code",
+                                          input={"code": code})]
+                            for i, code in enumerate(["print(3 + 4)", "print(x)"])]
+            self.replies.append([TextBlock(type="text", text="The answer is \\boxed{7}.")])
+
+        async def __call__(self, messages, tools=None, tool_choice=None, **kwargs):
+            return ChatResponse(content=self.replies.pop(0))
+
+    workflow = make_workflow(AgentOptions(python_tool=True, console_output=False))
+    record = asyncio.run(rollouts._one_rollout(
+        {"question": "What is 3 + 4?", "answer": "#### 7"}, 0, Scripted(), workflow,
+        get_judge(False), timeout=60.0, lenient=False, keep_response=True))
+    assert record["error"] is None and record["reward"] == 1.0
+    assert (record["tool_calls"], record["tool_errors"]) == (2, 1)
+    assert set(rollouts.ROLLOUT_KEYS) | set(rollouts.RUNNER_KEYS) == set(record)
 
 
 def test_runner_survives_a_dead_endpoint():
@@ -255,12 +291,12 @@ def test_resume_after_sigkill(tmp_path, server, reference):
                "--concurrency", "2", "--chunk-size", "1", "--rollouts-dir", str(side_dir)]
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + hang_bound(600)
         while not list(side_dir.glob("part-*.parquet")) and time.monotonic() < deadline:
             assert proc.poll() is None, proc.stderr.read().decode()
             time.sleep(0.1)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.wait(timeout=hang_bound(60))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -390,7 +426,7 @@ def test_endpoint_flags_keep_their_names_and_defaults():
 
 def test_measure_help_lists_backends():
     out = subprocess.run([sys.executable, "-m", "mathagent", "measure-pass-rates", "--help"],
-                         capture_output=True, text=True, timeout=60, cwd=REPO,
+                         capture_output=True, text=True, timeout=hang_bound(300), cwd=REPO,
                          env={**os.environ, "COLUMNS": "120"})
     assert out.returncode == 0
     assert "{endpoint,hf}" in out.stdout and "--max-tasks" in out.stdout

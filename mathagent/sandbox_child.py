@@ -1,0 +1,162 @@
+"""The child's side of :mod:`mathagent.sandbox`: limit this process, then run the code.
+
+:mod:`mathagent.sandbox` runs this file as a script in a fresh interpreter
+(``python -s -S -P sandbox_child.py CONFIG``); nothing imports it. It reads the code from
+stdin, enters a network namespace of its own, sets the kernel limits, installs the audit hook
+and runs the code, printing an exception's traceback as a Python REPL would. It imports only
+the standard library, so no code of the package runs next to the model's code.
+"""
+
+import json
+import linecache
+import os
+import resource
+import sys
+import traceback  # imported up front: a traceback after a MemoryError needs no new import
+import types
+
+CLONE_NEWNET, CLONE_NEWUSER = 0x40000000, 0x10000000
+
+#: Audit events refused outright: starting processes, raising the kernel limits, crafting
+#: bytecode and reaching objects through the garbage collector (ways around the hook).
+REFUSED = frozenset({
+    "os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.system", "os.killpg",
+    "subprocess.Popen", "resource.setrlimit", "resource.prlimit", "code.__new__",
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sqlite3.connect"})
+#: Events that change files: (positions of their paths, positions of their folder
+#: descriptors) in the event's arguments (Python 3.11).
+CHANGES = types.MappingProxyType({
+    "os.remove": ((0,), (1,)), "os.rmdir": ((0,), (1,)), "os.mkdir": ((0,), (2,)),
+    "os.chmod": ((0,), (2,)), "os.chown": ((0,), (3,)), "os.utime": ((0,), (3,)),
+    "os.rename": ((0, 1), (2, 3)), "os.link": ((0, 1), (2, 3)), "os.symlink": ((0, 1), (2,)),
+    "os.truncate": ((0,), ()), "os.setxattr": ((0,), ()), "os.removexattr": ((0,), ()),
+    "os.chflags": ((0,), ()), "os.lchflags": ((0,), ())})
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+
+
+def enter_network_namespace() -> bool:
+    """Leave the machine's network: afterwards only a loopback that is down is visible.
+
+    Root may do it directly; another user only inside a new user namespace (where the kernel
+    allows one), mapping its own ids there so that files stay writable.
+    """
+    import ctypes  # loaded now: the hook refuses ctypes' loader and calls afterwards
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(CLONE_NEWNET) == 0:
+            return True
+        uid, gid = os.getuid(), os.getgid()
+        if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+            return False
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                           ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
+def take_away_fork_exec() -> None:
+    """``subprocess.Popen`` is audited, the C helper under it is not: replace the helper
+    (the hook then refuses loading its module afresh)."""
+    import _posixsubprocess
+
+    def fork_exec(*args, **kwargs):
+        raise PermissionError("sandbox: starting a process is not allowed here")
+
+    _posixsubprocess.fork_exec = fork_exec
+
+
+def make_hook(work: str, pid: str):
+    """The audit hook. What it uses is bound as default arguments (the code can rebind this
+    module's names, not those), and it refuses replacing its own code or defaults."""
+
+    def sandbox_audit(event, args, work=work, pid=pid, refused=REFUSED, changes=CHANGES,
+                      realpath=os.path.realpath, isdir=os.path.isdir, fspath=os.fspath,
+                      fsdecode=os.fsdecode, write_flags=WRITE_FLAGS):
+        def refuse(what):
+            raise PermissionError(f"sandbox: {what} is not allowed here")
+
+        def resolved(path):  # None for an open file descriptor (the kernel checked it)
+            return None if isinstance(path, int) else realpath(fsdecode(fspath(path)))
+
+        def inside(real):
+            return real == work or real.startswith(work + "/")
+
+        if event in refused or event.startswith(("socket.", "ctypes.")):
+            refuse(event)
+        if event == "import" and args[0] == "_posixsubprocess":
+            refuse("loading _posixsubprocess again")
+        if event == "os.kill" and args[0] != int(pid):
+            refuse("signalling another process")
+        if event == "object.__setattr__" and (args[1] == "__code__" or (
+                args[1] in ("__defaults__", "__kwdefaults__")
+                and getattr(getattr(args[0], "__code__", None), "co_name", "") == "sandbox_audit")):
+            refuse(f"replacing {args[1]}")
+        if event in ("open", "os.listdir", "os.scandir") and args[0] is not None:
+            real = resolved(args[0])
+            if real is None:
+                return
+            parts = real.split("/")
+            if len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and parts[2] != pid:
+                refuse(f"reading {real}")  # another process's environment, memory, files
+            if event != "open" or inside(real):
+                return
+            if (args[2] or 0) & write_flags or set(args[1] or "") & set("wax+"):
+                refuse(f"writing {real} (outside the working folder)")
+            if isdir(real):  # a folder descriptor would let os.open(..., dir_fd=) write anywhere
+                refuse(f"opening the folder {real}")
+        if event in changes:
+            paths, folder_fds = changes[event]
+            if any(args[i] not in (None, -1, -100) for i in folder_fds):  # -100: AT_FDCWD
+                refuse(f"{event} relative to a folder descriptor")
+            for i in paths:
+                real = resolved(args[i])
+                if real is None or not inside(real):
+                    refuse(f"{event} on {real or 'a file descriptor'} (outside the working "
+                           "folder)")
+
+    return sandbox_audit
+
+
+def run(code: str) -> None:
+    """Execute ``code`` as ``__main__``; on an exception print its traceback (without this
+    file's frames) and exit with status 1."""
+    linecache.cache["<code>"] = (len(code), None, code.splitlines(True), "<code>")
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    try:
+        exec(compile(code, "<code>", "exec"), namespace)
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        shown = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+        shown.stack = traceback.StackSummary.from_list(
+            [frame for frame in shown.stack if frame.filename != __file__])
+        print("".join(shown.format()), end="", file=sys.stderr)
+        sys.exit(1)
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    sys.argv[:] = ["<code>"]
+    sys.path.extend(config["path"])  # the installed packages (numpy, sympy); -S left them out
+    code = sys.stdin.buffer.read().decode("utf-8", "replace")
+    layers = ["network namespace"] if enter_network_namespace() else []
+    # soft = hard, so the code cannot raise them (root could: the hook refuses it)
+    for name, limits in config["rlimits"].items():
+        resource.setrlimit(getattr(resource, name), tuple(limits))
+    layers.append("rlimits")
+    take_away_fork_exec()
+    sys.addaudithook(make_hook(os.path.realpath(os.getcwd()), str(os.getpid())))
+    layers.append("audit hook")
+    with os.fdopen(config["report_fd"], "w") as report:
+        report.write(json.dumps(layers))
+    sys.stdout.reconfigure(line_buffering=True)  # what was printed before a kill arrives
+    del config
+    run(code)
+
+
+if __name__ == "__main__":
+    main()

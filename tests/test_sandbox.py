@@ -1,0 +1,300 @@
+"""The sandbox of the agent's Python tool (mathagent.sandbox): each layer, by what code can do.
+
+Every test runs real code in a real child process; nothing is mocked. Timeouts are short
+(2 s) and margins generous, since the machine may be busy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+import tracemalloc
+
+import psutil
+import pytest
+
+from mathagent.sandbox import (
+    CHILD_SCRIPT,
+    ERROR_MARKER,
+    SandboxLimits,
+    arun_code,
+    python_tool,
+    run_code,
+)
+
+QUICK = SandboxLimits(timeout=2.0)
+MARGIN = 8.0  # seconds a busy machine may add to starting and stopping a child
+
+
+def sandbox_processes() -> list[int]:
+    """Processes still running the sandbox's child script (a forked child would too)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if str(CHILD_SCRIPT) in (proc.info["cmdline"] or []):
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_code_runs_and_prints():
+    result = run_code("x = 6 * 7\nprint(x)")
+    assert result.ok and result.returncode == 0
+    assert result.stdout == "42\n" and result.stderr == ""
+    assert result.text() == "Exit status 0.\nstdout:\n42"
+
+
+def test_nothing_printed_says_so():
+    assert "print()" in run_code("x = 1").text()
+
+
+def test_math_libraries_import():
+    result = run_code("import fractions, sympy, numpy as np\n"
+                      "print(sympy.factorint(360), int(np.arange(5).sum()), "
+                      "fractions.Fraction(1, 3) + fractions.Fraction(1, 6))")
+    assert result.ok, result.text()
+    assert result.stdout.strip() == "{2: 3, 3: 2, 5: 1} 10 1/2"
+
+
+def test_endless_loop_is_stopped_at_the_wall_clock_limit():
+    start = time.monotonic()
+    result = run_code("while True:\n    pass", QUICK)
+    took = time.monotonic() - start
+    assert result.text().startswith(f"{ERROR_MARKER} TimeoutError:")
+    assert "longer than 2 s" in result.error
+    assert 2.0 <= took < 2.0 + MARGIN
+    assert sandbox_processes() == []  # the whole process group is gone
+
+
+def test_limits_are_set_in_the_child():
+    code = ("import resource as r\n"
+            "for name in ('AS', 'CPU', 'FSIZE', 'NOFILE', 'CORE', 'NPROC'):\n"
+            "    print(name, *r.getrlimit(getattr(r, 'RLIMIT_' + name)))")
+    limits = SandboxLimits(timeout=4.5, memory_bytes=512 << 20, file_bytes=1 << 20,
+                           open_files=32)
+    result = run_code(code, limits)
+    assert result.ok, result.text()
+    got = {line.split()[0]: tuple(map(int, line.split()[1:])) for line in
+           result.stdout.splitlines()}
+    assert got == {"AS": (512 << 20,) * 2, "CPU": (6, 7), "FSIZE": (1 << 20,) * 2,
+                   "NOFILE": (32, 32), "CORE": (0, 0), "NPROC": (0, 0)}
+    assert {"rlimits", "audit hook", "process group", "clean environment"} <= set(result.layers)
+
+
+def test_a_huge_allocation_is_a_memory_error():
+    result = run_code("b = bytearray(50 * 2**30)")
+    assert not result.ok and result.stderr.rstrip().endswith("MemoryError")
+    assert 'File "<code>", line 1' in result.stderr
+
+
+def test_a_file_larger_than_the_limit_cannot_be_written():
+    result = run_code("open('big', 'wb').write(b'0' * (2 << 20))",
+                      SandboxLimits(file_bytes=1 << 20))
+    assert "File too large" in result.stderr
+
+
+def test_the_code_cannot_raise_its_limits():
+    result = run_code("import resource\n"
+                      "resource.setrlimit(resource.RLIMIT_AS, (-1, -1))")
+    assert "PermissionError: sandbox: resource.setrlimit is not allowed" in result.stderr
+
+
+def test_a_fork_bomb_starts_nothing():
+    before = sandbox_processes()
+    result = run_code("import os\nwhile True:\n    os.fork()", QUICK)
+    assert "PermissionError: sandbox: os.fork is not allowed" in result.stderr
+    assert result.returncode == 1 and result.seconds < QUICK.timeout
+    assert sandbox_processes() == before == []
+
+
+@pytest.mark.parametrize("code", [
+    "import os\nos.system('true')",
+    "import subprocess\nsubprocess.run(['true'])",
+    "import os\nos.posix_spawn('/bin/true', ['true'], {})",
+    "import os\nos.execv('/bin/true', ['true'])",
+    "import multiprocessing\np = multiprocessing.Process(target=print)\np.start()",
+    "import _posixsubprocess\n_posixsubprocess.fork_exec()",
+    "import sys, importlib\ndel sys.modules['_posixsubprocess']\n"
+    "importlib.import_module('_posixsubprocess')",
+    "import ctypes\nctypes.CDLL(None).fork()",
+])
+def test_no_process_can_be_started(code):
+    result = run_code(code)
+    assert not result.ok
+    assert "PermissionError: sandbox:" in result.stderr, result.stderr
+    assert sandbox_processes() == []
+
+
+def test_other_processes_cannot_be_signalled():
+    result = run_code(f"import os, signal\nos.kill({os.getpid()}, signal.SIGTERM)")
+    assert "PermissionError: sandbox: signalling another process" in result.stderr
+    assert run_code("import os\nos.kill(os.getpid(), 0)\nprint('ok')").stdout == "ok\n"
+
+
+def test_no_network_connection_reaches_the_host():
+    accepted = []
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(0.2)
+        port = listener.getsockname()[1]
+
+        def accept():
+            deadline = time.monotonic() + QUICK.timeout + MARGIN
+            while time.monotonic() < deadline and not stop.is_set():
+                try:
+                    accepted.append(listener.accept())
+                except TimeoutError:
+                    continue
+
+        stop = threading.Event()
+        watcher = threading.Thread(target=accept)
+        watcher.start()
+        result = run_code(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), 1)\n"
+                          "print('connected')", QUICK)
+        stop.set()
+        watcher.join()
+    assert not result.ok and "connected" not in result.stdout
+    assert "PermissionError: sandbox: socket." in result.stderr
+    assert accepted == []
+    if os.geteuid() == 0:  # root may always enter a network namespace of its own
+        assert "network namespace" in result.layers
+
+
+def test_each_call_gets_a_fresh_folder_deleted_afterwards():
+    code = "import os\nopen('note.txt', 'w').write('kept')\nprint(os.getcwd())\n" \
+           "print(open('note.txt').read(), os.listdir('.'))"
+    first, second = run_code(code), run_code(code)
+    assert first.ok and first.stdout.splitlines()[1] == "kept ['note.txt']"
+    folders = [first.stdout.splitlines()[0], second.stdout.splitlines()[0]]
+    assert folders[0] != folders[1]
+    assert not any(os.path.exists(f) for f in folders)
+
+
+def test_files_outside_the_folder_are_not_written(tmp_path):
+    target = tmp_path / "written.txt"
+    keep = tmp_path / "keep.txt"
+    keep.write_text("mine")
+    for code in (f"open({str(target)!r}, 'w').write('x')",
+                 f"import pathlib\npathlib.Path({str(target)!r}).write_text('x')",
+                 f"import os\nos.chdir({str(tmp_path)!r})\nopen('written.txt', 'a')",
+                 f"import os\nos.close(os.open({str(target)!r}, os.O_WRONLY | os.O_CREAT))",
+                 f"import os\nfd = os.open({str(tmp_path)!r}, os.O_RDONLY)",
+                 f"import os\nos.symlink({str(target)!r}, 'link')\nopen('link', 'w')",
+                 f"import os\nos.remove({str(keep)!r})",
+                 f"import os\nos.rename({str(keep)!r}, 'stolen.txt')",
+                 f"import os\nos.chmod({str(keep)!r}, 0o777)",
+                 f"import shutil\nshutil.rmtree({str(tmp_path)!r})"):
+        result = run_code(code)
+        assert "PermissionError: sandbox:" in result.stderr, (code, result.stderr)
+    assert not target.exists()
+    assert keep.read_text() == "mine" and oct(keep.stat().st_mode & 0o777) != "0o777"
+
+
+def test_the_environment_is_clean(monkeypatch):
+    monkeypatch.setenv("MATHAGENT_SECRET_TOKEN", "xyz")
+    result = run_code("import os\nprint('MATHAGENT_SECRET_TOKEN' in os.environ)\n"
+                      "print(os.environ['HOME'] == os.getcwd())\n"
+                      "open(f'/proc/{os.getppid()}/environ', 'rb').read()")
+    assert result.stdout == "False\nTrue\n"
+    assert f"PermissionError: sandbox: reading /proc/{os.getpid()}/environ" in result.stderr
+    assert "xyz" not in result.text()
+    assert "PermissionError" in run_code("import os\nos.listdir('/proc/1')").stderr
+
+
+def test_flooding_output_is_cut_and_stopped_with_bounded_memory():
+    limits = SandboxLimits(timeout=30.0)
+    for code in ("print('x' * 10**8)", "while True:\n    print('y' * 100)"):
+        tracemalloc.start()
+        try:
+            result = run_code(code, limits)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < 8 << 20, peak  # the parent held a few MiB at most, not 100 MB
+        assert result.error.startswith("the code printed more than 4,194,304 bytes")
+        assert result.seconds < limits.timeout  # stopped for its output, not its time
+        assert len(result.stdout) < limits.output_chars + 100
+        assert "bytes of output left out" in result.stdout
+        assert result.dropped_bytes["stdout"] > (4 << 20) - 2 * limits.output_chars
+
+
+def test_a_string_too_large_to_print_is_a_memory_error():
+    result = run_code("print('x' * 10**9)")
+    assert result.stderr.rstrip().endswith("MemoryError") and result.stdout == ""
+
+
+def test_long_output_keeps_its_head_and_tail():
+    result = run_code("for i in range(5000):\n    print(i)", SandboxLimits(output_chars=200))
+    assert result.ok
+    assert result.stdout.startswith("0\n1\n2\n") and result.stdout.endswith("4998\n4999\n")
+    dropped = result.dropped_bytes["stdout"]
+    assert dropped > 0 and f"[... {dropped:,} bytes of output left out ...]" in result.stdout
+
+
+def test_errors_come_back_as_a_repl_shows_them():
+    syntax = run_code("x = (1 +")
+    assert syntax.text().startswith(f"{ERROR_MARKER} the code exited with status 1.")
+    assert 'File "<code>", line 1' in syntax.stderr and "SyntaxError" in syntax.stderr
+    crash = run_code("def f(n):\n    return 1 / n\n\nprint('before')\nf(0)")
+    assert crash.stdout == "before\n"
+    assert crash.stderr.startswith("Traceback (most recent call last):")
+    assert 'File "<code>", line 2, in f' in crash.stderr and "return 1 / n" in crash.stderr
+    assert crash.stderr.rstrip().endswith("ZeroDivisionError: division by zero")
+    assert "sandbox_child" not in crash.stderr
+    assert run_code("import sys\nsys.exit(3)").error == "the code exited with status 3."
+
+
+def test_an_endless_run_does_not_hold_up_another():
+    async def both():
+        finished = {}
+
+        async def timed(name, code):
+            result = await arun_code(code, QUICK)
+            finished[name] = time.monotonic()
+            return result
+
+        start = time.monotonic()
+        loop, quick = await asyncio.gather(timed("loop", "while True:\n    pass"),
+                                           timed("quick", "print(sum(range(10)))"))
+        return loop, quick, {k: v - start for k, v in finished.items()}
+
+    loop, quick, at = asyncio.run(both())
+    assert quick.stdout == "45\n" and loop.error.startswith("TimeoutError")
+    assert at["quick"] < QUICK.timeout <= at["loop"]
+
+
+def test_bad_limits_are_refused():
+    with pytest.raises(ValueError, match="SandboxLimits.timeout must be positive"):
+        SandboxLimits(timeout=0)
+
+
+def test_the_tool_takes_code_only_and_keeps_its_limits():
+    from agentscope.message import ToolUseBlock
+    from agentscope.tool import Toolkit
+
+    toolkit = Toolkit()
+    toolkit.register_tool_function(python_tool(QUICK))
+    (schema,) = toolkit.get_json_schemas()
+    assert schema["function"]["name"] == "execute_python_code"
+    assert set(schema["function"]["parameters"]["properties"]) == {"code"}
+    assert "2 s" in schema["function"]["description"]
+
+    async def call(arguments: dict) -> str:
+        block = ToolUseBlock(type="tool_use", id="1", name="execute_python_code",
+                             input=arguments)
+        last = None
+        async for chunk in await toolkit.call_tool_function(block):
+            last = chunk
+        return "".join(b.get("text", "") for b in last.content)
+
+    assert asyncio.run(call({"code": "print(2 ** 10)"})) == "Exit status 0.\nstdout:\n1024"
+    start = time.monotonic()
+    text = asyncio.run(call({"code": "while True:\n    pass", "timeout": 600}))
+    assert text.startswith(ERROR_MARKER) and time.monotonic() - start < MARGIN
+    text = asyncio.run(call({"code": "while True:\n    pass"}))
+    assert text.startswith(f"{ERROR_MARKER} TimeoutError")
