@@ -54,6 +54,7 @@ from agentscope.tool import Toolkit
 from agentscope.tuner import WorkflowOutput
 
 from mathagent.sandbox import ERROR_MARKER, SandboxLimits, python_tool
+from mathagent.text_tool_calls import TextToolCalls
 from mathagent.serving import ModelSettings
 
 AGENT_NAME = "react_agent"
@@ -81,6 +82,8 @@ class AgentOptions:
     sandboxed ``execute_python_code`` of :mod:`mathagent.sandbox` (each run limited to
     ``tool_timeout`` seconds of wall-clock time and the other :class:`SandboxLimits`).
     ``max_iters``: reasoning-acting rounds before ReActAgent summarises (upstream: 10).
+    ``text_tool_calls``: also take tool calls the model wrote as JSON in its text
+    (:mod:`mathagent.text_tool_calls`; small models rarely use their template's format).
     ``console_output``: let the agent print its messages (the batch runner turns it off).
     """
 
@@ -88,6 +91,7 @@ class AgentOptions:
     python_tool: bool = False
     tool_timeout: float = 10.0
     max_iters: int = 10
+    text_tool_calls: bool = False
     console_output: bool = True
 
     def __post_init__(self) -> None:
@@ -117,6 +121,8 @@ class AgentOptions:
                   "max_iters": self.max_iters}
         if self.python_tool:
             record["tool_sandbox"] = self.sandbox_limits.describe()
+        if self.text_tool_calls:
+            record["text_tool_calls"] = True
         return record
 
 
@@ -295,7 +301,7 @@ def build_agent(model: Any, options: AgentOptions = AgentOptions()) -> ReActAgen
     agent = ReActAgent(
         name=AGENT_NAME,
         sys_prompt=options.sys_prompt,
-        model=model,
+        model=TextToolCalls(model) if options.text_tool_calls else model,
         enable_meta_tool=True,
         formatter=OpenAIChatFormatter(),
         toolkit=build_toolkit(options),

@@ -53,7 +53,8 @@ def _agent_options(opts: Options):
     from mathagent.agent import AgentOptions
 
     return AgentOptions(prompt_variant=opts.prompt_variant, python_tool=opts.python_tool,
-                        tool_timeout=opts.tool_timeout, console_output=False)
+                        tool_timeout=opts.tool_timeout, text_tool_calls=opts.text_tool_calls,
+                        console_output=False)
 
 
 def _base_urls(opts: Options) -> list[str]:

@@ -82,6 +82,10 @@ class AgentJudge:
              "writes only in its own temporary folder)")
     tool_timeout: float = setting(10.0, flag=True, metavar="TOOL_TIMEOUT",
                                   help="wall-clock seconds per code execution")
+    text_tool_calls: bool = setting(
+        False, flag=True,
+        help="also take tool calls the model wrote as JSON in its reply's text "
+             "(mathagent.text_tool_calls; small models rarely use their template's format)")
     lenient: bool = setting(
         False, flag=True,
         help="also accept the last number of a reply (the upstream boxed-answer judge does "

