@@ -79,7 +79,7 @@ start)
   export VLLM_USE_FLASHINFER_SAMPLER=0
   date +%s > "$W/vllm.t0"
   setsid python3 -m vllm.entrypoints.openai.api_server --model "$W/hf" --served-model-name "$MODEL" \
-    --host 127.0.0.1 --port $PORT --dtype bfloat16 --max-model-len 8192 --gpu-memory-utilization 0.85 \
+    --host 127.0.0.1 --port $PORT --dtype bfloat16 --max-model-len 16384 --gpu-memory-utilization 0.85 \
     --max-num-seqs 512 --enable-auto-tool-choice --tool-call-parser hermes \
     > "$W/vllm.log" 2>&1 < /dev/null & echo $! > "$W/vllm.pid"
   cp -r "$TASKSET" "$W/taskset"
@@ -118,7 +118,9 @@ wait)
   ;;
 collect)
   mkdir -p "$OUT"
-  items=$(cd "$W" && ls -d taskset side measure.log measure.sh transcripts.jsonl gpu.csv 2>/dev/null | xargs)
+  # whatever exists (a missing file must not stop the packing: `ls` fails on it under set -e)
+  items=$(cd "$W" && for f in taskset side measure.log measure.sh transcripts.jsonl gpu.csv; do
+    [ -e "$f" ] && echo "$f"; done | xargs || true)
   [ -z "$items" ] || tar -czf "$OUT/qwen_features.tgz" -C "$W" $items || tar_ok $?
   tail -c 3000000 "$W/vllm.log" > "$OUT/vllm.log" 2>/dev/null || true
   ls -la "$OUT"

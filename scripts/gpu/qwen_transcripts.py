@@ -28,7 +28,11 @@ from mathagent.tasks import read_split
 async def one(task: dict, settings: ModelSettings, seed: int, options: AgentOptions) -> dict:
     model = build_model(settings, seed=seed)
     start = time.perf_counter()
-    transcript = await run_with_transcript(task, model, options)
+    try:
+        transcript = await run_with_transcript(task, model, options)
+    except Exception as exc:  # one failed run (e.g. a context overflow) must not lose the rest
+        return {"task_id": task["task_id"], "difficulty": int(task["difficulty"]),
+                "question": task["question"], "seed": seed, "error": repr(exc)[:500]}
     verdict = await gsm8k_judge(task, transcript.output.response)
     return {"task_id": task["task_id"], "difficulty": int(task["difficulty"]),
             "question": task["question"], "answer": task["answer"], "seed": seed,
@@ -57,7 +61,7 @@ async def main() -> None:
                                   for seed, t in enumerate(tasks)))
     args.out.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
     print(f"{len(rows)} transcripts -> {args.out}; mean reward "
-          f"{sum(r['reward'] for r in rows) / len(rows):.2f}")
+          f"{sum(r.get('reward', 0.0) for r in rows) / len(rows):.2f}")
 
 
 if __name__ == "__main__":
