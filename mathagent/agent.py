@@ -54,8 +54,8 @@ from agentscope.tool import Toolkit
 from agentscope.tuner import WorkflowOutput
 
 from mathagent.sandbox import ERROR_MARKER, SandboxLimits, python_tool
-from mathagent.text_tool_calls import TextToolCalls
 from mathagent.serving import ModelSettings
+from mathagent.text_tool_calls import TextToolCalls
 
 AGENT_NAME = "react_agent"
 
