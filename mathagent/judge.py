@@ -145,6 +145,19 @@ def score(text: str, truth: str, lenient: bool = False) -> dict[str, float]:
     return {"accuracy": 1.0 if equivalent(answer, truth) else 0.0, "format_score": 0.0}
 
 
+def upstream_reward(text: str, truth: str) -> dict[str, float]:
+    """Trinity's ``MathBoxedRewardFn`` values for one reply, as the upstream judge takes them.
+
+    ``truth`` is the bare truth or a taskset answer ``"#### <truth>"``. The reward is the sum
+    of the values (1 for a last ``\\boxed{}`` equal to the truth, else 0).
+    """
+    from trinity.common.rewards.math_reward import MathBoxedRewardFn
+
+    # Trinity prints (rather than raises) when its parser trips, e.g. on ``\fbox{}``.
+    with contextlib.redirect_stdout(io.StringIO()):
+        return MathBoxedRewardFn()(response=text, truth=truth_from_answer(truth))
+
+
 def _check_no_auxiliary(auxiliary_models: Any) -> None:
     if auxiliary_models:  # the reference asserts the same: this judge needs no LLM
         raise ValueError("gsm8k_judge uses no auxiliary models; got "
@@ -159,24 +172,20 @@ async def gsm8k_judge(task: dict, response: Any, auxiliary_models: dict | None =
     ``reward`` is 1.0 for a correct last ``\\boxed{}`` and 0.0 otherwise, with the reward
     function's dict as ``metrics``. Never raises on odd replies (empty, huge, no box).
     """
-    from agentscope.tuner import JudgeOutput
-    from trinity.common.rewards.math_reward import MathBoxedRewardFn
-
     _check_no_auxiliary(auxiliary_models)
-    truth = truth_from_answer(task["answer"])
-    text = response_text(response)
-    # Trinity prints (rather than raises) when its parser trips, e.g. on ``\fbox{}``.
-    with contextlib.redirect_stdout(io.StringIO()):
-        reward_dict = MathBoxedRewardFn()(response=text, truth=truth)
-    return JudgeOutput(reward=float(sum(reward_dict.values())), metrics=reward_dict)
+    return _judge_output(upstream_reward(response_text(response), task["answer"]))
 
 
 async def lenient_judge(task: dict, response: Any, auxiliary_models: dict | None = None):
     """Like :func:`gsm8k_judge` but scored by ``score(lenient=True)`` (last number counts)."""
+    _check_no_auxiliary(auxiliary_models)
+    return _judge_output(score(response_text(response), task["answer"], lenient=True))
+
+
+def _judge_output(metrics: dict[str, float]):
+    """An AgentScope ``JudgeOutput``: the reward is the sum of ``metrics``, which it carries."""
     from agentscope.tuner import JudgeOutput
 
-    _check_no_auxiliary(auxiliary_models)
-    metrics = score(response_text(response), truth_from_answer(task["answer"]), lenient=True)
     return JudgeOutput(reward=float(sum(metrics.values())), metrics=metrics)
 
 
@@ -279,13 +288,10 @@ def judge_table(cases: tuple[JudgeCase, ...] | list[JudgeCase] = TRICKY_CASES):
     upstream judge applies it, so the table shows where :func:`score` and it differ.
     """
     import pandas as pd
-    from trinity.common.rewards.math_reward import MathBoxedRewardFn
 
-    reward_fn = MathBoxedRewardFn()
     rows = []
     for c in cases:
-        with contextlib.redirect_stdout(io.StringIO()):
-            upstream = sum(reward_fn(response=c.reply, truth=truth_from_answer(c.truth)).values())
+        upstream = sum(upstream_reward(c.reply, c.truth).values())
         rows.append({
             "case": c.case, "reply": c.reply, "truth": c.truth,
             "strict_answer": extract_answer(c.reply),

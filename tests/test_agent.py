@@ -101,11 +101,14 @@ async def call_tool(toolkit, arguments: dict) -> str:
 
 def test_python_tool_is_the_sandboxed_one_with_a_fixed_timeout():
     toolkit = agent.build_toolkit(AgentOptions(python_tool=True, tool_timeout=2.0))
+    # code that finishes runs under a limit that only stops a hang (a busy machine starts
+    # the sandbox's child slowly); the 2 s limit is for code that never finishes
+    roomy = agent.build_toolkit(AgentOptions(python_tool=True, tool_timeout=hang_bound(30.0)))
     schemas = {s["function"]["name"]: s for s in toolkit.get_json_schemas()}
     assert set(schemas) == {"execute_python_code"}
     assert set(schemas["execute_python_code"]["function"]["parameters"]["properties"]) == {
         "code"}
-    assert asyncio.run(call_tool(toolkit, {"code": "print(6 * 7)"})) == \
+    assert asyncio.run(call_tool(roomy, {"code": "print(6 * 7)"})) == \
         "Exit status 0.\nstdout:\n42"
     # code that never finishes hits the preset timeout, and no argument raises it
     for arguments in ({"code": "while True:\n    pass"},
@@ -114,9 +117,9 @@ def test_python_tool_is_the_sandboxed_one_with_a_fixed_timeout():
         assert any(text.startswith(p) for p in agent.TOOL_ERROR_PREFIXES), text
     assert "ran longer than 2 s" in asyncio.run(call_tool(toolkit, {"code": "while 1: pass"}))
     # model code cannot reach this process's environment or the network
-    text = asyncio.run(call_tool(toolkit, {"code": "import os, socket\n"
-                                                   "print(sorted(os.environ)[:1])\n"
-                                                   "socket.socket()"}))
+    text = asyncio.run(call_tool(roomy, {"code": "import os, socket\n"
+                                                 "print(sorted(os.environ)[:1])\n"
+                                                 "socket.socket()"}))
     assert "['HOME']" in text and "sandbox: socket.__new__ is not allowed" in text
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pandas as pd
+from bounds import hang_bound
 
 from mathagent import paths
 
@@ -33,7 +34,7 @@ def collected(tmp_path):
 
 def run(*args):
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], cwd=paths.REPO_ROOT,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=hang_bound(300))
 
 
 def test_builds_run_folders_table_and_figure(tmp_path):

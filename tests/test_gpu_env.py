@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bounds import hang_bound
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -118,7 +119,7 @@ def test_gpu_lock_takes_numpy_2_against_verls_metadata():
 def bundle_list(lock: Path, have: Path, drop: Path, *extra: str) -> list[str]:
     out = subprocess.run([sys.executable, str(BUNDLE_LIST), str(lock), "--have", str(have),
                           "--drop", str(drop), *extra], capture_output=True, text=True,
-                         timeout=60, cwd=paths.REPO_ROOT)
+                         timeout=hang_bound(120), cwd=paths.REPO_ROOT)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert f"bundle_list: {len(lines)} pins to carry" in out.stderr

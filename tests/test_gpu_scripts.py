@@ -14,6 +14,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+from bounds import hang_bound
+
 from mathagent import paths
 
 SCRIPT = paths.REPO_ROOT / "scripts" / "gpu" / "trinity_h200.sh"
@@ -50,7 +52,7 @@ def test_wait_collects_finished_and_running_runs(tmp_path):
     make_work(w)
     env = {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b")}
     done = subprocess.run(["bash", str(SCRIPT), "wait", "1"], env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=hang_bound(300))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "random_seed1 ended" in done.stdout
     assert "train-local: random-s1 2 rows" in done.stdout

@@ -14,6 +14,7 @@ import sys
 import pytest
 from agentscope.message import Msg
 from agentscope.tuner import JudgeOutput, check_judge_function
+from bounds import hang_bound
 from trinity.common.rewards.math_reward import MathBoxedRewardFn
 
 from mathagent import judge
@@ -218,6 +219,7 @@ def test_score_works_without_agentscope():
         "except ImportError:\n"
         "    print('judge needs agentscope')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=hang_bound(300))
     assert out.returncode == 0, out.stderr
     assert "judge needs agentscope" in out.stdout

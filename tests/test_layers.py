@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bounds import hang_bound
+
 from mathagent import paths
 
 LINT = str(Path(sys.executable).with_name("lint-imports"))
@@ -18,7 +20,7 @@ LINT = str(Path(sys.executable).with_name("lint-imports"))
 
 def lint(cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([LINT, "--no-cache"], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=hang_bound(300))
 
 
 def test_the_package_keeps_its_import_contracts():

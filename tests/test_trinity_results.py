@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pandas as pd
 import pytest
+from bounds import hang_bound
 
 from mathagent import metrics, paths, results
 from mathagent.grpo import load_config
@@ -161,7 +162,7 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
     def script(*extra: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, str(SCRIPT), str(collected), str(out), "--runs",
                                "diff=difficulty_seed42", *extra], capture_output=True,
-                              text=True, timeout=300, cwd=paths.REPO_ROOT)
+                              text=True, timeout=hang_bound(300), cwd=paths.REPO_ROOT)
 
     done = script()
     assert done.returncode == 0, done.stderr
@@ -205,7 +206,8 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
         tar.add(tmp_path / "local", arcname="local")
     more = subprocess.run([sys.executable, str(SCRIPT), str(collected), str(out), "--runs",
                            "seven=difficulty_seed7", "--local", str(tmp_path / "mirror")],
-                          capture_output=True, text=True, timeout=300, cwd=paths.REPO_ROOT)
+                          capture_output=True, text=True, timeout=hang_bound(300),
+                          cwd=paths.REPO_ROOT)
     assert more.returncode == 0, more.stderr
     assert sorted(pd.read_csv(out / "startup.csv", index_col=0).columns) == [
         "difficulty_seed42", "difficulty_seed7"]
@@ -228,7 +230,8 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
     (collected / "local.tgz").unlink()
     no_local = subprocess.run([sys.executable, str(SCRIPT), str(collected), str(out), "--runs",
                                "eight=difficulty_seed8", "--local", str(mirror)],
-                              capture_output=True, text=True, timeout=300, cwd=paths.REPO_ROOT)
+                              capture_output=True, text=True, timeout=hang_bound(300),
+                              cwd=paths.REPO_ROOT)
     assert no_local.returncode == 0, no_local.stderr
     assert "no local.tgz" in no_local.stdout
     assert (mirror / "difficulty_seed0" / "train.log").read_text() == "train-local log\n"
@@ -237,7 +240,8 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
     empty = subprocess.run([sys.executable, str(SCRIPT), str(collected), str(out), "--runs",
                             "eight=difficulty_seed8", "--force", "--local",
                             str(tmp_path / "nothing")],
-                           capture_output=True, text=True, timeout=300, cwd=paths.REPO_ROOT)
+                           capture_output=True, text=True, timeout=hang_bound(300),
+                           cwd=paths.REPO_ROOT)
     assert empty.returncode == 2
     assert empty.stderr.strip().splitlines() == [
         f"error: no train-local run folders in {tmp_path / 'nothing'}"]

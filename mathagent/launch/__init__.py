@@ -21,7 +21,9 @@ launcher (``main.py`` of the AgentScope "data augment" example) does, with check
 4. **Launch**: print the resolved config and the difference from the sibling run (random
    vs difficulty-based), apply :mod:`mathagent.compat`'s fixes (here, and through Ray's
    worker setup hook in every worker), then call ``agentscope.tuner.tune()`` with
-   :func:`mathagent.agent.run_react_agent` and the run's judge (``tuner.judge`` or
+   :func:`mathagent.agent.run_react_agent` (or, when the config's ``tuner.agent`` block
+   turns on the sandboxed Python tool or changes ``max_iters``, the same workflow made by
+   ``make_workflow(AgentOptions(...))``) and the run's judge (``tuner.judge`` or
    ``--judge``; :func:`mathagent.judge.gsm8k_judge` by default), carrying the YAML's
    ``explorer.rollout_model`` settings that ``tune()`` would drop.
 
@@ -48,8 +50,8 @@ The package, one job per module:
 - :mod:`~mathagent.launch.machine_checks`: preflight checks of GPUs, vllm, versions, the model
   and the Ray cluster's resources.
 - :mod:`~mathagent.launch.data_checks`: preflight checks of tasksets, selector and operators.
-- :mod:`~mathagent.launch.checks`: :class:`Preflight`, :func:`preflight` and Trinity's
-  ``check_and_update()``.
+- :mod:`~mathagent.launch.preflight`: :class:`Preflight`, the verdict every check appends to.
+- :mod:`~mathagent.launch.checks`: :func:`preflight` and Trinity's ``check_and_update()``.
 - :mod:`~mathagent.launch.report`: what is printed (resolved config, changes, settings tables).
 - :mod:`~mathagent.launch.commands`: the ``ray`` and ``train`` commands and the launch itself.
 """
@@ -64,7 +66,6 @@ from mathagent.launch.attention import (
     flash_attn_available,
 )
 from mathagent.launch.checks import (
-    Preflight,
     check_and_update,
     launch_blockers,
     preflight,
@@ -115,6 +116,7 @@ from mathagent.launch.plan import (
     LaunchPlan,
     load_plan,
 )
+from mathagent.launch.preflight import Preflight
 from mathagent.launch.ray_head import (
     RayHead,
     _ray_env,
@@ -128,6 +130,7 @@ from mathagent.launch.ray_head import (
 )
 from mathagent.launch.report import (
     SETTING_NOTES,
+    agent_options,
     changes_table,
     format_changes,
     format_yaml,
@@ -135,16 +138,19 @@ from mathagent.launch.report import (
     summarize_config,
 )
 from mathagent.launch.tuner import (
+    AGENT_SETTINGS,
     MODEL_PATH_ENV,
     REFERENCE_ALGORITHM,
     REFERENCE_MODEL,
     TUNER_BLOCK,
     TUNER_ROLLOUT_FIELDS,
     WORKFLOW,
+    agent_settings,
     carrying_rollout_settings,
     lost_rollout_settings,
     reference_settings,
     restore_rollout_settings,
+    workflow_for,
 )
 
 __all__ = [
@@ -154,7 +160,8 @@ __all__ = [
     # tuner
     "REFERENCE_MODEL", "REFERENCE_ALGORITHM", "MODEL_PATH_ENV", "TUNER_BLOCK", "WORKFLOW",
     "reference_settings", "TUNER_ROLLOUT_FIELDS", "lost_rollout_settings",
-    "restore_rollout_settings", "carrying_rollout_settings",
+    "restore_rollout_settings", "carrying_rollout_settings", "AGENT_SETTINGS", "agent_settings",
+    "workflow_for",
     # attention
     "ATTN_KEY", "REMOVE_PADDING_KEY", "flash_attn_available", "choose_attention",
     "check_attention",
@@ -169,11 +176,13 @@ __all__ = [
     "ENGINE_CPUS", "trinity_reservation", "check_ray_resources",
     # data_checks
     "TRINITY_DEFAULT_M", "check_selector_and_operators", "check_tasksets",
+    # preflight
+    "Preflight",
     # checks
-    "Preflight", "trinity_logs", "check_and_update", "preflight", "launch_blockers",
+    "trinity_logs", "check_and_update", "preflight", "launch_blockers",
     # report
     "summarize_config", "format_yaml", "format_changes", "SETTING_NOTES", "settings_table",
-    "changes_table",
+    "changes_table", "agent_options",
     # commands
     "ray_parser", "ray_command", "train_subprocess", "train_parser", "train_command", "launch",
 ]

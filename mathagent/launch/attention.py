@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from mathagent.launch.config import ABSENT, _get_dotted, _set_dotted
 
 if TYPE_CHECKING:
-    from mathagent.launch.checks import Preflight
+    from mathagent.launch.preflight import Preflight
 
 
 #: verl's attention settings. verl 0.8.0 defaults to ``flash_attention_2`` and Trinity to

@@ -2,9 +2,10 @@
 
 :func:`preflight` runs the checks of :mod:`~mathagent.launch.machine_checks`,
 :mod:`~mathagent.launch.attention` and :mod:`~mathagent.launch.data_checks` and collects their
-verdicts in a :class:`Preflight`; only when they all pass does it run Trinity's own
-``Config.check_and_update()`` (:func:`check_and_update`, its log lines collected by
-:func:`trinity_logs`) and hold the reservation against the Ray cluster.
+verdicts in a :class:`~mathagent.launch.preflight.Preflight`; only when they all pass does it
+run Trinity's own ``Config.check_and_update()`` (:func:`check_and_update`, its log lines
+collected by :func:`trinity_logs`) and hold the reservation against the Ray cluster.
+``Preflight`` is importable from here too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from mathagent.launch.attention import check_attention
@@ -30,32 +30,9 @@ from mathagent.launch.machine_checks import (
     trinity_reservation,
 )
 from mathagent.launch.plan import LaunchPlan
+from mathagent.launch.preflight import Preflight
 from mathagent.launch.ray_head import find_ray, ray_for
 from mathagent.launch.tuner import WORKFLOW
-
-
-@dataclass
-class Preflight:
-    """Outcome of :func:`preflight`: what passed, what is wrong, what the launch machine needs."""
-
-    passed: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    requirements: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    checked_config: Any = None
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def report(self) -> str:
-        lines = [f"  ok    {m}" for m in self.passed]
-        lines += [f"  FAIL  {m}" for m in self.problems]
-        lines += [f"  note  {m}" for m in self.notes]
-        if self.requirements:
-            lines += ["", "Requirements of the launch machine (not checkable here):"]
-            lines += [f"  - {m}" for m in self.requirements]
-        return "\n".join(lines)
 
 
 def _replace_prefix(obj: Any, old: str, new: str, _seen: set | None = None) -> Any:

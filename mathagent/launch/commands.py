@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from mathagent import paths
-from mathagent.launch.checks import Preflight, preflight
+from mathagent.launch.checks import preflight
 from mathagent.launch.config import ConfigError, _selector_config, config_diff, counterpart_path
 from mathagent.launch.plan import LaunchPlan, load_plan
+from mathagent.launch.preflight import Preflight
 from mathagent.launch.ray_head import RayHead, ray_state_file, start_ray_head, worker_runtime_env
 from mathagent.launch.report import _plain, format_changes, format_yaml, summarize_config
 from mathagent.launch.tuner import TUNER_BLOCK, carrying_rollout_settings

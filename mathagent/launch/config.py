@@ -12,13 +12,9 @@ from __future__ import annotations
 import os
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mathagent import paths
-
-if TYPE_CHECKING:
-    from mathagent.launch.plan import LaunchPlan
-
 
 TASKSET_KEY = "buffer.explorer_input.taskset"
 EVAL_KEY = "buffer.explorer_input.eval_tasksets"
@@ -169,6 +165,14 @@ def counterpart_path(config_path: str | Path) -> Path | None:
     return None
 
 
-def config_diff(plan_a: LaunchPlan, plan_b: LaunchPlan) -> list[tuple[str, Any, Any]]:
-    """``(key, value in a, value in b)`` for every setting Trinity would receive differently."""
+class _Planned(Protocol):
+    """What :func:`config_diff` reads of a :class:`~mathagent.launch.plan.LaunchPlan` (its
+    loaded config); named structurally so that this module needs no import of ``plan``."""
+
+    config: Any
+
+
+def config_diff(plan_a: _Planned, plan_b: _Planned) -> list[tuple[str, Any, Any]]:
+    """``(key, value in a, value in b)`` for every setting Trinity would receive differently
+    between two :class:`~mathagent.launch.plan.LaunchPlan`."""
     return _differences(_flat(plan_a.config), _flat(plan_b.config))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from mathagent.launch.config import EVAL_KEY, TASKSET_KEY, _selector_config
 
 if TYPE_CHECKING:
-    from mathagent.launch.checks import Preflight
+    from mathagent.launch.preflight import Preflight
 
 
 #: Selectors whose choices depend on feedback and which therefore need a feedback operator.
@@ -43,6 +43,25 @@ def _is_feedback_operator(name: str, cls: Any) -> bool:
         isinstance(cls, type) and issubclass(cls, PassRateCalculator | RolloutPassRateCalculator))
 
 
+def _resolve(registry: Any, kind: str, name: str, key: str, result: Preflight,
+             example: str = "") -> Any:
+    """The class a Trinity registry (selectors, operators) gives for ``name``, or None.
+
+    Either way the verdict goes to ``result``: what it resolves to, or why not, with the
+    registry's names and, when given, an ``example`` dotted path.
+    """
+    try:
+        cls = registry.get(name)
+    except Exception as exc:
+        such_as = f" such as {example}" if example else ""
+        result.problems.append(
+            f"{key}: {kind} {name!r} does not resolve ({type(exc).__name__}: {exc}); use one "
+            f"of {', '.join(registry._default_mapping)} or an importable dotted path{such_as}")
+        return None
+    result.passed.append(f"{kind} {name!r} resolves to {cls.__module__}.{cls.__name__}")
+    return cls
+
+
 def check_selector_and_operators(config: Any, result: Preflight) -> None:
     """Selector and operator names resolve; feedback-driven selectors get feedback; ``m``.
 
@@ -68,16 +87,9 @@ def check_selector_and_operators(config: Any, result: Preflight) -> None:
                             "`data_selector` (check_and_update() copies it over)")
     selector = _selector_config(taskset)
     name = selector.selector_type
-    cls = None
-    try:
-        cls = SELECTORS.get(name)
-    except Exception as exc:
-        result.problems.append(
-            f"{key}.selector_type: selector {name!r} does not resolve ({type(exc).__name__}: "
-            f"{exc}); use one of {', '.join(SELECTORS._default_mapping)} or an importable "
-            f"dotted path such as {BOTS_PATH}")
-    else:
-        result.passed.append(f"selector {name!r} resolves to {cls.__module__}.{cls.__name__}")
+    cls = _resolve(SELECTORS, "selector", name, f"{key}.selector_type", result,
+                   example=BOTS_PATH)
+    if cls is not None:
         canonical = "bots" if name == BOTS_PATH else name
         if canonical in SELECTOR_KWARGS:
             try:
@@ -89,17 +101,8 @@ def check_selector_and_operators(config: Any, result: Preflight) -> None:
     feedback_ops = []
     for i, op in enumerate(config.data_processor.experience_pipeline.operators):
         op_key = f"data_processor.experience_pipeline.operators.{i}.name"
-        try:
-            op_cls = EXPERIENCE_OPERATORS.get(op.name)
-        except Exception as exc:
-            result.problems.append(
-                f"{op_key}: operator {op.name!r} does not resolve ({type(exc).__name__}: {exc}); "
-                f"use one of {', '.join(EXPERIENCE_OPERATORS._default_mapping)} or an "
-                "importable dotted path")
-            continue
-        result.passed.append(
-            f"operator {op.name!r} resolves to {op_cls.__module__}.{op_cls.__name__}")
-        if _is_feedback_operator(op.name, op_cls):
+        op_cls = _resolve(EXPERIENCE_OPERATORS, "operator", op.name, op_key, result)
+        if op_cls is not None and _is_feedback_operator(op.name, op_cls):
             feedback_ops.append(op.name)
 
     if cls is None or not _is_feedback_selector(name, cls):

@@ -1,6 +1,6 @@
 """Preflight checks of the machine: GPUs, vllm, versions, the model and the Ray cluster.
 
-Each check appends to a :class:`~mathagent.launch.checks.Preflight`: what passed, what is
+Each check appends to a :class:`~mathagent.launch.preflight.Preflight`: what passed, what is
 wrong (naming the setting at fault) and, in a dry run, what the launch machine must provide.
 :func:`trinity_reservation` is what Trinity's actors reserve in Ray, which
 :func:`check_ray_resources` holds against what the cluster offers.
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from mathagent.launch.ray_head import cluster_resources
 
 if TYPE_CHECKING:
-    from mathagent.launch.checks import Preflight
+    from mathagent.launch.preflight import Preflight
 
 
 def visible_gpus() -> int:

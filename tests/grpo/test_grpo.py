@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from bounds import hang_bound
 
 from mathagent import grpo, paths, rollouts, tasks
 from mathagent import policy as policy_mod
@@ -192,7 +193,7 @@ def test_cli_help_and_bad_settings_fail_before_loading_the_model(tmp_path):
     def _cli(*args):
         return subprocess.run([sys.executable, "-m", "mathagent", "train-local", *args],
                               capture_output=True, text=True, cwd=paths.REPO_ROOT, env=env,
-                              timeout=300)
+                              timeout=hang_bound(300))
 
     out = _cli("--help")
     assert out.returncode == 0 and "--selector" in out.stdout and "--resume" in out.stdout

@@ -1,18 +1,34 @@
-"""``train-local`` killed with SIGKILL at random moments resumes to the uninterrupted run.
+"""``train-local`` killed with SIGKILL at chosen moments resumes to the uninterrupted run.
 
-The CPU smoke config runs 6 steps with a checkpoint after every step; one run goes straight
-through, another is killed three times (first at a random delay after the launch, which
-may fall into start-up or model loading, then each time at a random delay after the run
-logged a new step, which often falls into a checkpoint being written or swapped) and
-resumed with ``--resume`` after each kill. The resumed run must end with the same metrics
-(timings aside), the same samples (every selection and every completion, each step once),
-the same selector state and the same weights. The run is deterministic: the sampler, the
-evaluation and the selector are seeded, and the checkpoint holds their complete state.
+The CPU smoke config runs 5 steps with a checkpoint after every step; one run goes straight
+through, another is killed four times and resumed with ``--resume`` after each kill, each
+kill in another part of a run (:data:`PHASES`), at a random instant within it:
 
-A first launch that finishes before its kill (a machine faster than the first delay) is
-started over with a shorter delay, so a kill lands whatever the machine's speed.
+1. **start-up**: a random delay after the launch, up to the time the uninterrupted run took
+   to install its first checkpoint on this machine: imports, model loading, the run files,
+   the first step, the first save, whatever this machine's speed;
+2. **logged, not saved**: at once after the run logged a new step, before that step's
+   checkpoint is written (samples and metrics then run ahead of the checkpoint);
+3. **saving**: while a checkpoint is being written (``checkpoint.tmp`` present);
+4. **mid-step**: a random instant in the step after a checkpoint was installed (selection,
+   generation, the update, the evaluation).
 
-Three kill schedules run by default (seeds 0, 1, 2; ``MATHAGENT_KILL_SEEDS=0`` runs one).
+Each kill must land in a running process and in its part (checked after it: the metrics
+ahead of the checkpoint, a half-written ``checkpoint.tmp``, no newer checkpoint).
+
+The resumed run must end with the same metrics (timings aside), the same samples (every
+selection and every completion, each step once), the same selector state and the same
+weights. The run is deterministic: the sampler, the evaluation and the selector are seeded,
+and the checkpoint holds their complete state. A kill at every single file operation of a
+save and of a resume is covered, with a stand-in model, by ``test_grpo_checkpoint.py``.
+
+One kill schedule runs by default (seed 0); ``MATHAGENT_KILL_SEEDS=0,1,2`` runs three, each
+drawing other instants within the same four parts.
+
+No wait depends on the machine's speed: each waits for the run itself (a logged step, a
+checkpoint, the process's exit) and fails only when the run stops making progress (its
+folder and log unchanged) for ``STALL_S`` seconds (scaled by
+``MATHAGENT_TEST_TIMEOUT_SCALE``), however long the whole run takes.
 """
 
 from __future__ import annotations
@@ -23,6 +39,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,13 +47,16 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from bounds import finish, hang_bound, wait_for
 
 from mathagent import grpo, paths
 
-STEPS = 6
-KILLS = 3
-KILL_SEEDS = [int(s) for s in os.environ.get("MATHAGENT_KILL_SEEDS", "0,1,2").split(",")]
-RUN_TIMEOUT_S = 300
+STEPS = 5
+PHASES = ("start-up", "logged, not saved", "saving", "mid-step")
+KILL_SEEDS = [int(s) for s in os.environ.get("MATHAGENT_KILL_SEEDS", "0").split(",")]
+#: A run that changes nothing in its folder or log for this long is hung: loading the model
+#: or one step takes well under a minute on a loaded two-core machine.
+STALL_S = 600
 
 
 def _config(folder: Path) -> Path:
@@ -66,17 +86,101 @@ def _logged_steps(run: Path) -> int:
         return 0
 
 
+def _saved_step(run: Path) -> int:
+    """The step of the newest complete checkpoint in the run folder (0 for none)."""
+    steps = [grpo.checkpoint_step(run / name)
+             for name in ("checkpoint", "checkpoint.tmp", "checkpoint.old")]
+    return max([s for s in steps if s is not None], default=0)
+
+
+def _installed_step(run: Path) -> int:
+    """The step of ``checkpoint`` once a save's renames are done (0 for none or mid-swap)."""
+    if (run / "checkpoint.tmp").exists() or (run / "checkpoint.old").exists():
+        return 0
+    return grpo.checkpoint_step(run / "checkpoint") or 0
+
+
+def _state(run: Path, log: Path) -> tuple:
+    """What a working run changes as it goes: its files (and the checkpoint being written)
+    with their sizes, and its log's size."""
+    found = []
+    for folder in (run, run / "checkpoint.tmp"):
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                found.append((entry.path, entry.stat().st_size))
+            except OSError:
+                continue
+    try:
+        size = log.stat().st_size
+    except OSError:
+        size = -1
+    return size, tuple(sorted(found))
+
+
+def _run(config: Path, out: Path, resume: bool, folder: Path, log: Path) -> subprocess.Popen:
+    with open(log, "w") as f:  # the child holds its own copy of the descriptor
+        return subprocess.Popen(_command(config, out, resume), cwd=paths.REPO_ROOT,
+                                env=_env(folder), stdout=f, stderr=subprocess.STDOUT)
+
+
+def _wait(proc: subprocess.Popen, out: Path, log: Path, what: str, condition) -> None:
+    """Return once ``condition()`` holds or the run ended, while the run makes progress."""
+    wait_for(lambda: proc.poll() is not None or condition(), f"{log.name}: {what}",
+             progress=lambda: _state(out, log), stall_s=STALL_S)
+
+
+@dataclass
+class Reference:
+    run: Path
+    first_save_s: float  # from the launch to its first installed checkpoint
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """The uninterrupted run."""
+    """The uninterrupted run, and how long it took to install its first checkpoint."""
     folder = tmp_path_factory.mktemp("reference")
-    out = folder / "run"
-    done = subprocess.run(_command(_config(folder), out, resume=False), cwd=paths.REPO_ROOT,
-                          env=_env(folder), capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S)
-    assert done.returncode == 0, done.stderr[-2000:]
-    yield out
+    out, log = folder / "run", folder / "reference.log"
+    start = time.monotonic()
+    proc = _run(_config(folder), out, False, folder, log)
+    _wait(proc, out, log, "the first checkpoint", lambda: _installed_step(out) > 0)
+    first_save_s = time.monotonic() - start
+    rc = finish(proc, f"train-local {out}", progress=lambda: _state(out, log), stall_s=STALL_S)
+    assert rc == 0, log.read_text()[-2000:]
+    yield Reference(out, first_save_s)
     shutil.rmtree(folder)  # its checkpoint is 1.6 GB, not kept once the module is done
+
+
+def _kill_in(phase: str, proc: subprocess.Popen, out: Path, log: Path,
+             rng: np.random.Generator, first_save_s: float) -> int:
+    """Wait for ``phase`` of the run ``proc``, then SIGKILL it a random instant into it.
+
+    Returns the step of the run's checkpoint when the phase began."""
+    if phase == "start-up":
+        delay = rng.uniform(0.0, first_save_s)
+    elif phase == "logged, not saved":
+        before = _logged_steps(out)  # rows past the checkpoint are logged again, then more
+        _wait(proc, out, log, phase, lambda: _logged_steps(out) > before)
+        delay = 0.0
+    elif phase == "saving":
+        tmp = out / "checkpoint.tmp"
+        if tmp.exists():  # a half-written one of the last kill: gone once the run resumed
+            _wait(proc, out, log, "the old checkpoint.tmp cleaned up", lambda: not tmp.exists())
+        _wait(proc, out, log, phase, tmp.exists)
+        delay = rng.uniform(0.0, 0.2)  # writing 1.6 GB and flushing it takes longer
+    else:
+        saved = _saved_step(out)
+        _wait(proc, out, log, phase, lambda: _installed_step(out) > saved)
+        delay = rng.uniform(0.0, 1.0)  # a CPU step (sampling, the update) takes longer
+    began = _saved_step(out)
+    try:
+        proc.wait(timeout=delay)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+    return began
 
 
 def _comparable(csv: Path) -> pd.DataFrame:
@@ -87,65 +191,53 @@ def _comparable(csv: Path) -> pd.DataFrame:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", KILL_SEEDS)
-def test_train_local_killed_at_random_moments_resumes_to_the_same_run(reference, tmp_path,
-                                                                      seed):
+def test_train_local_killed_in_every_part_of_a_run_resumes_to_the_same_run(reference,
+                                                                           tmp_path, seed):
     rng = np.random.default_rng(seed)
     config, out = _config(tmp_path), tmp_path / "run"
-    kills, restarts, first_delay = 0, 0, 12.0
-    k = 0
-    while k < KILLS:
-        log = open(tmp_path / f"launch{k}.log", "w")  # noqa: SIM115 (closed below)
-        before = _logged_steps(out)
-        proc = subprocess.Popen(_command(config, out, resume=out.exists()),
-                                cwd=paths.REPO_ROOT, env=_env(tmp_path), stdout=log,
-                                stderr=subprocess.STDOUT)
+    landed, in_phase = [], []
+    for k, phase in enumerate(PHASES):
+        log = tmp_path / f"launch{k}.log"
+        proc = _run(config, out, out.exists(), tmp_path, log)
         try:
-            if k > 0:  # wait for a new step to be logged (or the end), bounded
-                limit = time.monotonic() + RUN_TIMEOUT_S
-                while proc.poll() is None and _logged_steps(out) <= before and \
-                        time.monotonic() < limit:
-                    time.sleep(0.05)
-            delay = rng.uniform(0.0, first_delay) if k == 0 else rng.uniform(0.0, 4.0)
-            try:
-                proc.wait(timeout=delay)
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGKILL)
-                kills += 1
-            proc.wait(timeout=60)
+            began = _kill_in(phase, proc, out, log, rng, reference.first_save_s)
+            proc.wait(timeout=hang_bound(120))  # a SIGKILLed process, gone once its I/O ends
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-            log.close()
-        if k == 0 and kills == 0 and proc.returncode == 0:
-            # The whole run finished within the first delay (a machine faster than that): it
-            # was an uninterrupted run and leaves nothing to kill. Start over, killing sooner,
-            # so that the first kill lands whatever the machine's speed.
-            restarts += 1
-            assert restarts <= 5, "five first launches finished before their kill"
-            shutil.rmtree(out)
-            first_delay /= 4
-            continue
-        k += 1
-    assert kills >= 1  # the first kill lands in a run (restarted until it does)
-    done = subprocess.run(_command(config, out, resume=True), cwd=paths.REPO_ROOT,
-                          env=_env(tmp_path), capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S)
-    history = "".join((tmp_path / f"launch{k}.log").read_text()[-600:] for k in range(KILLS))
-    assert done.returncode == 0, history + done.stderr[-2000:]
-    assert "Traceback" not in done.stderr
+        logged, saved, tmp = _logged_steps(out), _saved_step(out), out / "checkpoint.tmp"
+        half_written = tmp.exists() and grpo.checkpoint_step(tmp) is None
+        landed.append(f"{phase}: exit {proc.returncode}, {logged} steps logged, checkpoint "
+                      f"of step {saved}{', checkpoint.tmp half-written' if half_written else ''}")
+        in_phase.append({"start-up": True,
+                         "logged, not saved": logged > saved,
+                         "saving": half_written,
+                         "mid-step": saved == began and not tmp.exists()}[phase])
+    history = "".join(f"\n--- launch {k} ({landed[k]}):\n"
+                      + (tmp_path / f"launch{k}.log").read_text()[-600:]
+                      for k in range(len(PHASES)))
+    # every kill landed in a running process (none ended the run on its own), in its part
+    assert all(": exit -9," in line for line in landed), history
+    assert all(in_phase), history
+    final = tmp_path / "final.log"
+    rc = finish(_run(config, out, True, tmp_path, final), f"train-local {out}",
+                progress=lambda: _state(out, final), stall_s=STALL_S)
+    assert rc == 0, history + final.read_text()[-2000:]
+    assert "Traceback" not in final.read_text()
 
+    ref = reference.run
     pd.testing.assert_frame_equal(_comparable(out / "metrics.csv"),
-                                  _comparable(reference / "metrics.csv"))
+                                  _comparable(ref / "metrics.csv"))
     # every selection and completion of every step, each step exactly once
-    assert (out / "samples.jsonl").read_text() == (reference / "samples.jsonl").read_text()
+    assert (out / "samples.jsonl").read_text() == (ref / "samples.jsonl").read_text()
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint")) == \
         ["checkpoint"]
     assert grpo.checkpoint_step(out / "checkpoint") == STEPS
     ours = torch.load(out / "checkpoint" / "state.pt", weights_only=False)
-    theirs = torch.load(reference / "checkpoint" / "state.pt", weights_only=False)
+    theirs = torch.load(ref / "checkpoint" / "state.pt", weights_only=False)
     assert ours["selector"] == theirs["selector"]
     assert torch.equal(ours["sampler_rng"], theirs["sampler_rng"])
     a = torch.load(out / "checkpoint" / "policy.pt")
-    b = torch.load(reference / "checkpoint" / "policy.pt")
+    b = torch.load(ref / "checkpoint" / "policy.pt")
     assert a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)

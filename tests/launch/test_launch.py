@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import psutil
 import pytest
+from agentscope.tuner import check_workflow_function
 from launch_env import (
     closed_address,
     cuda_available,
@@ -32,7 +33,7 @@ from launch_env import (
     vllm_importable,
 )
 
-from mathagent import cli, launch, paths
+from mathagent import agent, cli, launch, paths
 
 CONFIGS = paths.CONFIGS_DIR
 GURU_KEYS = ["qwen2.5_7b_pass_rate", "qwen3_30b_pass_rate"]
@@ -192,6 +193,11 @@ def test_relative_paths_resolve_against_the_repo_root(tmp_path, monkeypatch):
     ("buffer.batch_size=lots", "buffer.batch_size", "could not be converted to Integer"),
     ("tuner.model.temprature=0.5", "tuner.model.temprature", "not a field of TunerModelConfig"),
     ("tuner.algorithm.group_size=many", "tuner.algorithm.group_size", "valid integer"),
+    ("tuner.agent.python_tool=maybe", "tuner.agent.python_tool",
+     "expected true or false, got 'maybe'"),
+    ("tuner.agent.tool_timeout=0", "tuner.agent.tool_timeout", "must be positive"),
+    ("tuner.agent.max_iters=2.5", "tuner.agent.max_iters", "expected a whole number"),
+    ("tuner.agent.sandbox=off", "tuner.agent.sandbox", "not an agent setting"),
 ])
 def test_bad_settings_fail_in_one_line_naming_the_key(override, key, why, capsys):
     rc, out, err = train(["--config", str(CONFIGS / "config_random.yaml"), "--dry-run",
@@ -200,6 +206,62 @@ def test_bad_settings_fail_in_one_line_naming_the_key(override, key, why, capsys
     line = err.strip()
     assert "\n" not in line
     assert f"`{key}`" in line and why in line and "config_random.yaml" in line
+
+
+def test_the_agent_is_the_upstream_one_by_default(tmp_path):
+    plan = launch.load_plan(CONFIGS / "config_random.yaml", work_dir=tmp_path)
+    assert plan.settings["agent"] == {"python_tool": False, "tool_timeout": 10.0,
+                                      "max_iters": 10, "text_tool_calls": False}
+    assert plan.workflow_func is agent.run_react_agent
+    taskset = launch.summarize_config(plan.config)["buffer"]["tasksets"][0]
+    assert taskset["agent"]["python_tool"] is False and "tool_sandbox" not in taskset["agent"]
+
+
+def test_tuner_agent_turns_the_sandboxed_tool_on(tmp_path):
+    plan = launch.load_plan(CONFIGS / "config_difficulty_1gpu.yaml",
+                            ["tuner.agent.python_tool=true", "tuner.agent.tool_timeout=5",
+                             "tuner.agent.max_iters=4", "tuner.agent.text_tool_calls=true"],
+                            tmp_path)
+    assert plan.settings["agent"] == {"python_tool": True, "tool_timeout": 5,
+                                      "max_iters": 4, "text_tool_calls": True}
+    options = plan.workflow_func.options
+    assert (options.python_tool, options.tool_timeout, options.max_iters,
+            options.text_tool_calls) == (True, 5.0, 4, True)
+    assert plan.workflow_func is not agent.run_react_agent
+    check_workflow_function(plan.workflow_func)
+    # the train and eval tasksets both run it, and the report says what it is
+    bi = plan.config.buffer.explorer_input
+    for taskset in (bi.taskset, *bi.eval_tasksets):
+        assert taskset.workflow_args["workflow_func"] is plan.workflow_func
+    summary = launch.summarize_config(plan.config)
+    for taskset in summary["buffer"]["tasksets"] + summary["buffer"]["eval_tasksets"]:
+        assert taskset["agent"]["python_tool"] is True
+        assert taskset["agent"]["tool_sandbox"]["timeout"] == 5.0
+    assert "tool_sandbox:" in launch.format_yaml(summary)
+
+
+def test_a_config_file_can_carry_the_agent_block(tmp_path):
+    text = (CONFIGS / "config_random_1gpu.yaml").read_text()
+    assert re.search(r"^tuner:\n", text, re.M)
+    config = tmp_path / "config_tool.yaml"
+    config.write_text(re.sub(r"^tuner:\n", "tuner:\n  agent:\n    python_tool: true\n", text,
+                             flags=re.M))
+    plan = launch.load_plan(config, work_dir=tmp_path / "w")
+    assert plan.settings["agent"]["python_tool"] is True
+    assert plan.workflow_func.options.tool_timeout == 10.0
+    assert "tuner" not in (tmp_path / "w" / "trinity_config.yaml").read_text()
+
+
+def test_the_train_report_shows_the_agent(data, tmp_path, capsys):
+    """The Python-side settings printed before the preflight name the agent's settings
+    (a missing taskset stops this run before Ray)."""
+    rc, out, _ = train(["--config", str(CONFIGS / "config_random_1gpu.yaml"), "--dry-run",
+                        f"{TASKSET}.path={tmp_path / 'missing'}", f"{EVAL0}.path={data['aime']}",
+                        "tuner.agent.python_tool=true", f"cluster.ray_address={closed_address()}"],
+                       capsys)
+    assert rc == 1
+    settings = out.split("Python-side settings")[1].split("Values they change")[0]
+    assert "agent:\n  python_tool: true\n  tool_timeout: 10.0\n  max_iters: 10" in settings
 
 
 def test_missing_config_file(capsys):
@@ -468,3 +530,20 @@ def test_dry_run_passes_for_small_variants(name, ray_head, data, capsys):
         assert "resolves to mathagent.selectors.BOTSSelector" in out
         assert "resolves to mathagent.selectors.RolloutPassRateCalculator" in out
         assert "Difference from config_random_arithmetic.yaml" in out
+
+
+@pytest.mark.slow
+def test_dry_run_with_the_python_tool(ray_head, data, capsys):
+    """Trinity's check_and_update() accepts the workflow made for ``tuner.agent``, and the
+    resolved config printed by the dry run says which agent each taskset runs."""
+    head, _ = ray_head
+    rc, out, _ = train(["--config", str(CONFIGS / "config_bots_arithmetic.yaml"), "--dry-run",
+                        *data_overrides(data, "arith", "arith"), "tuner.agent.python_tool=true",
+                        "tuner.agent.tool_timeout=5", f"cluster.ray_address={head.address}"],
+                       capsys)
+    assert rc == 0, out
+    assert "Trinity's Config.check_and_update() passes" in out
+    resolved = out.split("Resolved config")[1].split("Difference from")[0]
+    assert resolved.count("python_tool: true") == 2  # the training and the eval taskset
+    assert resolved.count("sandbox: mathagent.sandbox") == 2
+    assert "tool_timeout: 5.0" in resolved

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from bounds import hang_bound
 
 from mathagent import cli, launch, paths
 
@@ -33,13 +34,14 @@ from mathagent import cli, launch, paths
 def decoy(*argv: str) -> subprocess.Popen:
     """``setsid bash -c 'sleep 600; true' ARG...``; returns once bash has forked its sleep."""
     proc = subprocess.Popen(["bash", "-c", "sleep 600; true", *argv], start_new_session=True)
-    deadline = time.monotonic() + 60  # a generous bound: a busy machine forks slowly
+    deadline = time.monotonic() + hang_bound(60)  # a busy machine forks slowly
     while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
         time.sleep(0.05)
     if not psutil.Process(proc.pid).children():
         proc.kill()  # ours: bash, started above
         proc.wait()
-        raise AssertionError("the decoy's bash did not fork its sleep within 60 s")
+        raise AssertionError("the decoy's bash did not fork its sleep within "
+                             f"{hang_bound(60):.0f} s")
     return proc
 
 
@@ -86,7 +88,7 @@ def decoys():
         for p in with_children:
             with contextlib.suppress(psutil.Error):
                 p.kill()  # psutil checks the start time first
-        proc.wait(timeout=60)
+        proc.wait(timeout=hang_bound(60))
 
 
 # -- without a Ray head ---------------------------------------------------------------------
@@ -139,7 +141,7 @@ def test_unreadable_record_is_one_line(tmp_path, capsys):
 
 def test_help_does_not_suggest_a_shared_temp_dir():
     out = subprocess.run([sys.executable, "-m", "mathagent", "ray", "--help"],
-                         capture_output=True, text=True, timeout=60,
+                         capture_output=True, text=True, timeout=hang_bound(300),
                          env={**os.environ, "COLUMNS": "200"}, cwd=paths.REPO_ROOT)
     assert out.returncode == 0
     text = " ".join(out.stdout.split())

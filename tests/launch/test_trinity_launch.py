@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bounds import hang_bound
 from launch_env import closed_address, isolate, visible_gpus
 
 from mathagent import cli, compat, judge, launch, paths
@@ -593,6 +594,7 @@ import ray
 from mathagent import launch
 
 address, use_env, empty_tmp = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+scale = float(sys.argv[4])  # bounds.hang_bound's scale
 cfg = types.SimpleNamespace(get_envs=lambda: {},
                             cluster=types.SimpleNamespace(ray_address=address))
 runtime_env = launch.worker_runtime_env(cfg) if use_env else None
@@ -617,10 +619,10 @@ def engine_worker(empty_tmp):
             "print(ray.get(ray.get_actor('synchronizer').ping.remote()))")
     env = dict(os.environ, RAY_TMPDIR=empty_tmp)  # no default session folder to fall back on
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, env=env)
+                         timeout=120 * scale, env=env)
     return out.returncode, out.stdout.strip()[-200:], out.stderr.strip()[-300:]
 
-print("RESULT:" + json.dumps(ray.get(engine_worker.remote(empty_tmp), timeout=240)))
+print("RESULT:" + json.dumps(ray.get(engine_worker.remote(empty_tmp), timeout=240 * scale)))
 ray.shutdown()
 """
 
@@ -639,8 +641,10 @@ def test_processes_started_by_workers_join_the_runs_cluster(tmp_path):
     outcomes = {}
     with launch.local_ray_head(num_cpus=1, object_store_memory=100 * 2**20) as head:
         for use_env in ("0", "1"):
-            out = subprocess.run([sys.executable, str(script), head.address, use_env, str(empty)],
-                                 capture_output=True, text=True, timeout=420, cwd=paths.REPO_ROOT,
+            out = subprocess.run([sys.executable, str(script), head.address, use_env, str(empty),
+                                  str(hang_bound(1))],
+                                 capture_output=True, text=True, timeout=hang_bound(420),
+                                 cwd=paths.REPO_ROOT,
                                  env={**os.environ, "RAY_AUTH_MODE": "disabled"})
             line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT:")]
             assert line, out.stderr[-2000:]

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from bounds import hang_bound
 
 from mathagent import rollouts, tasks
 from mathagent.cli import main as cli_main
@@ -127,7 +128,7 @@ class StandIn:
                     return
                 if stand_in.hold_after is not None and count > stand_in.hold_after:
                     stand_in.holding.set()
-                    stand_in.release.wait(timeout=300)
+                    stand_in.release.wait(timeout=hang_bound(600))
                 self._json(200, stand_in.completion(body))
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -438,9 +439,9 @@ def ctrl_c_when_held(args: list[str], stand_in, never: str) -> tuple[int, str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_ctrl_c_reaches_it)
     try:
-        assert stand_in.holding.wait(timeout=240), never
+        assert stand_in.holding.wait(timeout=hang_bound(600)), never
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=hang_bound(300))
     finally:
         stand_in.release.set()
         if proc.poll() is None:
@@ -506,7 +507,7 @@ def test_a_second_measurement_of_one_side_table_is_refused(tmp_path):
                                progress=False)
     finally:
         holder.stdin.close()
-        holder.wait(timeout=60)
+        holder.wait(timeout=hang_bound(60))
     # once the holder is gone (however it ended) the lock is free again
     assert measure_pass_rates(taskset, COLUMN, FlakyBackend(set()), n=2, rollouts_dir=side,
                               progress=False).complete
@@ -549,7 +550,7 @@ def test_two_measurements_writing_different_columns_keep_both(tmp_path):
         for w in writers:
             w.stdin.write("go\n")
             w.stdin.flush()
-        results = [w.communicate(timeout=300) for w in writers]
+        results = [w.communicate(timeout=hang_bound(600)) for w in writers]
     finally:
         for w in writers:
             if w.poll() is None:
@@ -616,7 +617,7 @@ def test_random_sigkills_resume_to_the_uninterrupted_result(tmp_path, server, ki
             proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.PIPE)
             try:
-                deadline = time.monotonic() + 240
+                deadline = time.monotonic() + hang_bound(600)
                 # wait for this run's k-th model reply (or for it to end on its own) ...
                 k = rng.randint(1, 3 if killed == 0 else 4)
                 while (completions(server) < before + k and proc.poll() is None
@@ -627,7 +628,7 @@ def test_random_sigkills_resume_to_the_uninterrupted_result(tmp_path, server, ki
                     proc.wait(timeout=rng.uniform(0.0, first_delay if killed == 0 else 0.6))
                 except subprocess.TimeoutExpired:
                     proc.send_signal(signal.SIGKILL)
-                proc.wait(timeout=60)
+                proc.wait(timeout=hang_bound(60))
             finally:
                 if proc.poll() is None:
                     proc.kill()
@@ -687,7 +688,7 @@ def test_sigkilled_ray_fanout_leaves_no_ray_processes(tmp_path):
                             stderr=subprocess.DEVNULL, text=True, cwd=REPO)
     try:
         line = ""
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + hang_bound(600)
         while not line.startswith("PROCS:") and time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line and proc.poll() is not None:
@@ -715,7 +716,7 @@ def test_sigkilled_ray_fanout_leaves_no_ray_processes(tmp_path):
         return out
 
     # the reaper needs well under 10 s, Ray alone took ~100 s: 60 s tells them apart and is
-    # generous for a busy machine
+    # generous for a busy machine (part of what is proven, so not scaled)
     deadline = time.monotonic() + 60
     while alive() and time.monotonic() < deadline:
         time.sleep(0.1)

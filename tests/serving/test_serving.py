@@ -18,6 +18,7 @@ from pathlib import Path
 import openai
 import psutil
 import pytest
+from bounds import hang_bound
 
 from mathagent import cli, serving
 from mathagent.serving import (
@@ -49,8 +50,9 @@ def server_processes() -> set[int]:
 
 def gone(pid: int, within: float = 60.0) -> bool:
     """True once ``pid`` has exited (a zombie waiting for its reaper counts as exited); polls
-    every 0.05 s for up to ``within`` s, a bound generous enough for a busy machine."""
-    deadline = time.monotonic() + within
+    every 0.05 s for up to ``within`` s (scaled, :func:`bounds.hang_bound`), a bound
+    generous enough for a busy machine."""
+    deadline = time.monotonic() + hang_bound(within)
     while time.monotonic() < deadline:
         try:
             if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
@@ -193,7 +195,7 @@ def test_a_server_that_cannot_start_is_a_clear_error(tmp_path):
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"this is not a GGUF file" * 100)
     with pytest.raises(ServerStartError, match="exited with code") as info:
-        LocalServer(bad, startup_timeout=60, log_path=tmp_path / "server.log").start()
+        LocalServer(bad, startup_timeout=hang_bound(120), log_path=tmp_path / "server.log").start()
     assert "end of" in str(info.value)          # the server log is quoted
     assert (tmp_path / "server.log").read_text().strip()
     assert server_processes() <= before
@@ -224,7 +226,7 @@ def test_server_dies_with_its_owner(tmp_path):
         pid = int(owner.stdout.readline())
         assert not gone(pid, within=0.5)
         owner.send_signal(signal.SIGKILL)
-        owner.wait(timeout=60)
+        owner.wait(timeout=hang_bound(60))
         assert gone(pid)
     finally:
         if owner.poll() is None:
@@ -238,7 +240,7 @@ def test_serve_command_prints_url_and_stops_on_ctrl_c():
                             preexec_fn=_ctrl_c_reaches_it)
     try:
         url = None
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + hang_bound(300)
         while url is None and time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line:
@@ -248,7 +250,7 @@ def test_serve_command_prints_url_and_stops_on_ctrl_c():
         assert url and url.startswith("http://127.0.0.1:"), proc.stderr.read()
         assert check_endpoint(ModelSettings(base_url=url)) == [serving.BUNDLED_ALIAS]
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
+        assert proc.wait(timeout=hang_bound(120)) == 0
         with pytest.raises(EndpointError):
             check_endpoint(ModelSettings(base_url=url), timeout=30)  # refused at once
     finally:
@@ -259,7 +261,7 @@ def test_serve_command_prints_url_and_stops_on_ctrl_c():
 
 def test_serve_help():
     out = subprocess.run([sys.executable, "-m", "mathagent", "serve", "--help"],
-                         capture_output=True, text=True, timeout=60,
+                         capture_output=True, text=True, timeout=hang_bound(300),
                          env={**os.environ, "COLUMNS": "120"})
     assert out.returncode == 0
     for flag in ("--port", "--n-ctx", "--chat-format", "--prompt-reuse", "--startup-timeout"):
@@ -336,7 +338,8 @@ def test_busy_port_is_one_clear_line():
     with other_server() as port:
         expected = f"port {port} on 127.0.0.1 is in use by another process; choose another --port"
         out = subprocess.run([sys.executable, "-m", "mathagent", "serve", "--port", str(port),
-                              "--n-ctx", "256"], capture_output=True, text=True, timeout=180,
+                              "--n-ctx", "256"], capture_output=True, text=True,
+                             timeout=hang_bound(300),
                              cwd=Path(__file__).resolve().parents[2])
         assert out.returncode == 1
         assert out.stderr.strip() == f"error: {expected}", out.stderr
@@ -353,7 +356,7 @@ def test_port_taken_after_the_check_is_not_mistaken_for_ours(monkeypatch, tmp_pa
     monkeypatch.setattr(local_server, "port_in_use", lambda host, port: False, raising=False)
     before = server_processes()
     with other_server() as port:
-        srv = LocalServer(port=port, n_ctx=256, startup_timeout=90,
+        srv = LocalServer(port=port, n_ctx=256, startup_timeout=hang_bound(120),
                           log_path=tmp_path / "server.log")
         with pytest.raises(ServerStartError) as info:
             srv.start()
@@ -376,7 +379,7 @@ def serve_in(tmp: Path) -> tuple[subprocess.Popen, Path]:
                             cwd=Path(__file__).resolve().parents[2],
                             env={**os.environ, "TMPDIR": str(tmp)},
                             preexec_fn=_ctrl_c_reaches_it)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + hang_bound(300)
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         if not line:
@@ -399,7 +402,7 @@ def test_killed_serve_leaves_no_log_behind(tmp_path, monkeypatch):
         server_pid = next(p.pid for p in psutil.Process(killed.pid).children()
                           if "llama_cpp.server" in " ".join(p.cmdline()))
         killed.send_signal(signal.SIGKILL)
-        killed.wait(timeout=60)
+        killed.wait(timeout=hang_bound(60))
         assert gone(server_pid)                 # the server died with its owner ...
         assert killed_log.is_file()             # ... and nothing could remove the log yet
         with LocalServer(n_ctx=256) as srv:
@@ -413,7 +416,7 @@ def test_killed_serve_leaves_no_log_behind(tmp_path, monkeypatch):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
                 try:
-                    proc.wait(timeout=30)
+                    proc.wait(timeout=hang_bound(120))
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()

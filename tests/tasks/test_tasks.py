@@ -21,6 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from bounds import hang_bound
 
 from mathagent import cli, paths, tasks
 
@@ -237,7 +238,7 @@ def test_unreachable_hub_says_what_to_pass(tmp_path, monkeypatch):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
     proc = subprocess.run([sys.executable, "-m", "mathagent", "prepare-data", "--out",
                            str(tmp_path / "o")], capture_output=True, text=True, env=env,
-                          cwd=paths.REPO_ROOT, timeout=120)
+                          cwd=paths.REPO_ROOT, timeout=hang_bound(300))
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and tasks.GURU_FILE in lines[0] and "--input PATH" in lines[0]
