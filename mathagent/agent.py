@@ -84,6 +84,9 @@ class AgentOptions:
     ``max_iters``: reasoning-acting rounds before ReActAgent summarises (upstream: 10).
     ``text_tool_calls``: also take tool calls the model wrote as JSON in its text
     (:mod:`mathagent.text_tool_calls`; small models rarely use their template's format).
+    ``meta_tool``: offer AgentScope's meta tool ``reset_equipped_tools`` (upstream: on). With
+    it off and no Python tool, the request carries no tools at all, so a chat template that
+    describes offered tools (Qwen2.5's does) adds nothing to the system prompt.
     ``console_output``: let the agent print its messages (the batch runner turns it off).
     """
 
@@ -92,6 +95,7 @@ class AgentOptions:
     tool_timeout: float = 10.0
     max_iters: int = 10
     text_tool_calls: bool = False
+    meta_tool: bool = True
     console_output: bool = True
 
     def __post_init__(self) -> None:
@@ -123,6 +127,8 @@ class AgentOptions:
             record["tool_sandbox"] = self.sandbox_limits.describe()
         if self.text_tool_calls:
             record["text_tool_calls"] = True
+        if not self.meta_tool:
+            record["meta_tool"] = False
         return record
 
 
@@ -302,7 +308,7 @@ def build_agent(model: Any, options: AgentOptions = AgentOptions()) -> ReActAgen
         name=AGENT_NAME,
         sys_prompt=options.sys_prompt,
         model=TextToolCalls(model) if options.text_tool_calls else model,
-        enable_meta_tool=True,
+        enable_meta_tool=options.meta_tool,
         formatter=OpenAIChatFormatter(),
         toolkit=build_toolkit(options),
         max_iters=options.max_iters,

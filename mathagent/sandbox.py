@@ -262,8 +262,8 @@ def python_tool(limits: SandboxLimits = SandboxLimits()):
 
     execute_python_code.__doc__ = f"""Run Python code in a fresh, sandboxed interpreter.
 
-        Only what the code prints comes back: print() the values you want to see. Nothing is
-        kept between calls. The standard library and, where installed, numpy and sympy can be
+        What the code prints comes back, and the value of its last line when that line is an
+        expression (as in a notebook cell). Nothing is kept between calls. The standard library and, where installed, numpy and sympy can be
         imported; there is no network, and the code is stopped after {limits.timeout:g} s.
 
         Args:

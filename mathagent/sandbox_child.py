@@ -3,10 +3,12 @@
 :mod:`mathagent.sandbox` runs this file as a script in a fresh interpreter
 (``python -s -S -P sandbox_child.py CONFIG``); nothing imports it. It reads the code from
 stdin, enters a network namespace of its own, sets the kernel limits, installs the audit hook
-and runs the code, printing an exception's traceback as a Python REPL would. It imports only
+and runs the code, showing the value of a last line that is an expression and an exception's
+traceback as a Python REPL would. It imports only
 the standard library, so no code of the package runs next to the model's code.
 """
 
+import ast
 import json
 import linecache
 import os
@@ -121,13 +123,29 @@ def make_hook(work: str, pid: str):
     return sandbox_audit
 
 
+def split_last_expression(code: str):
+    """``code`` compiled as a module, and its last statement compiled apart when it is an
+    expression (whose value is then shown, as a notebook cell shows it), else None."""
+    tree = compile(code, "<code>", "exec", ast.PyCF_ONLY_AST)  # no frame of ast.py
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = compile(ast.Expression(tree.body.pop().value), "<code>", "eval")
+    return compile(tree, "<code>", "exec"), last
+
+
 def run(code: str) -> None:
-    """Execute ``code`` as ``__main__``; on an exception print its traceback (without this
-    file's frames) and exit with status 1."""
+    """Execute ``code`` as ``__main__`` and print the repr of a last expression's value (not
+    None); on an exception print its traceback (without this file's frames) and exit with
+    status 1."""
     linecache.cache["<code>"] = (len(code), None, code.splitlines(True), "<code>")
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     try:
-        exec(compile(code, "<code>", "exec"), namespace)
+        body, last = split_last_expression(code)
+        exec(body, namespace)
+        if last is not None:
+            value = eval(last, namespace)
+            if value is not None:
+                print(repr(value))
     except SystemExit:
         raise
     except BaseException as exc:

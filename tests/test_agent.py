@@ -167,9 +167,11 @@ class ScriptedModel(ChatModelBase):
                         for i, code in enumerate(codes)] + [[TextBlock(type="text",
                                                                        text=answer)]]
         self.seen: list[list[dict]] = []
+        self.tools: list[list[str]] = []  # the names of the tools each request offered
 
     async def __call__(self, messages, tools=None, tool_choice=None, **kwargs):
         self.seen.append(messages)
+        self.tools.append([t["function"]["name"] for t in tools or []])
         return ChatResponse(content=self.replies[len(self.seen) - 1])
 
 
@@ -191,6 +193,24 @@ def test_workflow_reports_tool_calls_and_errors_as_metrics():
     step = aggregate_metrics([task], prefix="rollout")
     assert step[trinity_tags.TAGS["rollout_tool_calls"]] == 1.0
     assert step[trinity_tags.TAGS["rollout_tool_errors"]] == 0.5
+
+
+def test_without_the_meta_tool_the_requests_offer_no_tools():
+    reference = ScriptedModel([], "\\boxed{7}")
+    asyncio.run(run_react_agent({"question": "What is 3 + 4?"}, reference))
+    assert reference.tools == [["reset_equipped_tools"]]
+    bare = ScriptedModel([], "\\boxed{7}")
+    workflow = make_workflow(AgentOptions(meta_tool=False, console_output=False))
+    output = asyncio.run(workflow({"question": "What is 3 + 4?"}, bare))
+    assert bare.tools == [[]] and output.response.get_text_content() == "\\boxed{7}"
+    tool_only = ScriptedModel(["print(3 + 4)"], "\\boxed{7}")
+    workflow = make_workflow(AgentOptions(meta_tool=False, python_tool=True,
+                                          console_output=False))
+    asyncio.run(workflow({"question": "What is 3 + 4?"}, tool_only))
+    assert tool_only.tools == [["execute_python_code"]] * 2
+    # recorded only when off, so the side tables of the upstream agent still resume
+    assert "meta_tool" not in AgentOptions().describe()
+    assert AgentOptions(meta_tool=False).describe()["meta_tool"] is False
 
 
 def test_reference_workflow_reports_no_tool_calls():

@@ -56,6 +56,15 @@ def test_nothing_printed_says_so():
     assert "print()" in run_code("x = 1").text()
 
 
+def test_a_last_expression_is_shown_as_in_a_notebook():
+    assert run_code("49 + 30 + 29").text() == "Exit status 0.\nstdout:\n108"
+    assert run_code("x = 6 * 7\nx").stdout == "42\n"
+    assert run_code("'7'").stdout == "'7'\n"  # its repr, as a notebook shows it
+    assert run_code("print('a')").stdout == "a\n"  # None is not shown
+    assert run_code("x = 1\nif x:\n    x * 2").stdout == ""  # only a last top-level line
+    assert run_code("x = 1").stdout == ""
+
+
 def test_math_libraries_import():
     result = run_code("import fractions, sympy, numpy as np\n"
                       "print(sympy.factorint(360), int(np.arange(5).sum()), "

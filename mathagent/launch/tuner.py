@@ -50,7 +50,8 @@ WORKFLOW = "mathagent.agent.run_react_agent"
 #: ``tuner.agent`` settings: fields of :class:`mathagent.agent.AgentOptions`, with the kind of
 #: value each takes. Left out, a setting keeps the upstream agent's value (no tool).
 AGENT_SETTINGS = {"python_tool": "true or false", "tool_timeout": "a number of seconds",
-                  "max_iters": "a whole number", "text_tool_calls": "true or false"}
+                  "max_iters": "a whole number", "text_tool_calls": "true or false",
+                  "meta_tool": "true or false"}
 
 
 def reference_settings() -> dict[str, dict[str, Any]]:
@@ -105,7 +106,7 @@ def agent_settings(block: Any, config_path: Path) -> dict[str, Any]:
             raise ConfigError(f"{where}.{key}`: not an agent setting (settings: "
                               f"{', '.join(AGENT_SETTINGS)})")
         kind = {"python_tool": bool, "tool_timeout": (int, float), "max_iters": int,
-                "text_tool_calls": bool}[key]
+                "text_tool_calls": bool, "meta_tool": bool}[key]
         if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
             raise ConfigError(f"{where}.{key}`: expected {AGENT_SETTINGS[key]}, got {value!r}")
     reference = AgentOptions()

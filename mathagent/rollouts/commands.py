@@ -54,7 +54,7 @@ def _agent_options(opts: Options):
 
     return AgentOptions(prompt_variant=opts.prompt_variant, python_tool=opts.python_tool,
                         tool_timeout=opts.tool_timeout, text_tool_calls=opts.text_tool_calls,
-                        console_output=False)
+                        meta_tool=opts.meta_tool, console_output=False)
 
 
 def _base_urls(opts: Options) -> list[str]:

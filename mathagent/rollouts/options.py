@@ -86,6 +86,10 @@ class AgentJudge:
         False, flag=True,
         help="also take tool calls the model wrote as JSON in its reply's text "
              "(mathagent.text_tool_calls; small models rarely use their template's format)")
+    meta_tool: bool = setting(
+        True, flag=True,
+        help="offer AgentScope's meta tool reset_equipped_tools, as the upstream agent does "
+             "(--no-meta-tool with no --python-tool: the requests offer no tools)")
     lenient: bool = setting(
         False, flag=True,
         help="also accept the last number of a reply (the upstream boxed-answer judge does "

@@ -16,12 +16,18 @@
 # On the workstation, `bash scripts/gpu/qwen_features.sh split_model DIR` writes the parts of the
 # model file (the registry's qwen2.5-coder-0.5b, assembled from its packages) into DIR.
 #
-# The two references (docs: results/qwen_features/README.md): weak = the upstream agent as it
-# is (the meta tool offered, no Python tool), 128 tokens a reply; strong = the agent with the
-# sandboxed Python tool and the tool calls it writes as text taken as calls
-# (mathagent.text_tool_calls), 512 tokens a reply, the setting meant for training the Qwen
-# policy, so the strong column is the policy's own starting pass rate. 8 samples per task,
-# temperature 1, the strict gsm8k_judge.
+# The references (docs: results/qwen_features/README.md), 8 samples per task (N), temperature 1,
+# the strict gsm8k_judge:
+#   weak   = the upstream agent as it is (the meta tool offered, no Python tool), 128 tokens;
+#   strong = the agent with the sandboxed Python tool and the tool calls it writes as text taken
+#            as calls (mathagent.text_tool_calls), the meta tool offered, 512 tokens.
+#   Both measured: with any tool offered, Qwen2.5's chat template adds a tool block to the
+#   system prompt and this model answers with made-up tool calls (pass rates 0.007 / 0.025);
+# so the next references offer no tools (--no-meta-tool: the request carries no tool block):
+#   bare   = the agent with no tools offered, 512 tokens (the candidate training setting, so
+#            its column is the policy's own starting pass rate);
+#   short  = the same at 128 tokens;
+#   tool   = the Python tool alone (no meta tool), text tool calls, 512 tokens (test split).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${B:-/root/bundle}      # bundle parts, then the unpacked site-packages
@@ -38,6 +44,11 @@ N=${N:-8}
 ONLY=${ONLY:-}            # names of MEASUREMENTS to run (default: all of them, in order)
 # name column split extra-flags, measured in this order
 MEASUREMENTS=${MEASUREMENTS:-"
+bare_train qwen_bare_pass_rate train --max-tokens 512 --no-meta-tool
+bare_test qwen_bare_pass_rate test --max-tokens 512 --no-meta-tool
+short_train qwen_short_pass_rate train --max-tokens 128 --no-meta-tool
+short_test qwen_short_pass_rate test --max-tokens 128 --no-meta-tool
+tool_test qwen_tool_pass_rate test --max-tokens 512 --no-meta-tool --python-tool --text-tool-calls
 weak_train qwen_weak_pass_rate train --max-tokens 128
 weak_test qwen_weak_pass_rate test --max-tokens 128
 strong_train qwen_strong_pass_rate train --max-tokens 512 --python-tool --text-tool-calls

@@ -1,6 +1,7 @@
 """Whole agent conversations of the Qwen policy with its sandboxed Python tool, for reading.
 
-Runs the ReAct workflow (the sandboxed tool on, tool calls written as text taken) against an OpenAI-compatible endpoint on a few tasks of
+Runs the ReAct workflow (the sandboxed tool on, tool calls written as text taken; AgentScope's
+meta tool off unless ``--meta-tool``) against an OpenAI-compatible endpoint on a few tasks of
 each level of a taskset split, keeps every message (tool calls and their results included)
 and the judge's verdict, one JSON object per run:
 
@@ -49,11 +50,14 @@ async def main() -> None:
     parser.add_argument("--split", default="test")
     parser.add_argument("--per-level", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--meta-tool", action="store_true",
+                        help="also offer AgentScope's meta tool, as the upstream agent does")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     settings = ModelSettings(base_url=args.base_url, api_key="EMPTY", model=args.model,
                              temperature=1.0, max_tokens=args.max_tokens)
-    options = AgentOptions(python_tool=True, text_tool_calls=True, console_output=False)
+    options = AgentOptions(python_tool=True, text_tool_calls=True, meta_tool=args.meta_tool,
+                           console_output=False)
     frame = read_split(args.taskset, args.split)
     picked = frame.groupby("difficulty", group_keys=False).head(args.per_level)
     tasks = picked.to_dict("records")

@@ -211,7 +211,8 @@ def test_bad_settings_fail_in_one_line_naming_the_key(override, key, why, capsys
 def test_the_agent_is_the_upstream_one_by_default(tmp_path):
     plan = launch.load_plan(CONFIGS / "config_random.yaml", work_dir=tmp_path)
     assert plan.settings["agent"] == {"python_tool": False, "tool_timeout": 10.0,
-                                      "max_iters": 10, "text_tool_calls": False}
+                                      "max_iters": 10, "text_tool_calls": False,
+                                      "meta_tool": True}
     assert plan.workflow_func is agent.run_react_agent
     taskset = launch.summarize_config(plan.config)["buffer"]["tasksets"][0]
     assert taskset["agent"]["python_tool"] is False and "tool_sandbox" not in taskset["agent"]
@@ -220,13 +221,15 @@ def test_the_agent_is_the_upstream_one_by_default(tmp_path):
 def test_tuner_agent_turns_the_sandboxed_tool_on(tmp_path):
     plan = launch.load_plan(CONFIGS / "config_difficulty_1gpu.yaml",
                             ["tuner.agent.python_tool=true", "tuner.agent.tool_timeout=5",
-                             "tuner.agent.max_iters=4", "tuner.agent.text_tool_calls=true"],
+                             "tuner.agent.max_iters=4", "tuner.agent.text_tool_calls=true",
+                             "tuner.agent.meta_tool=false"],
                             tmp_path)
     assert plan.settings["agent"] == {"python_tool": True, "tool_timeout": 5,
-                                      "max_iters": 4, "text_tool_calls": True}
+                                      "max_iters": 4, "text_tool_calls": True,
+                                      "meta_tool": False}
     options = plan.workflow_func.options
     assert (options.python_tool, options.tool_timeout, options.max_iters,
-            options.text_tool_calls) == (True, 5.0, 4, True)
+            options.text_tool_calls, options.meta_tool) == (True, 5.0, 4, True, False)
     assert plan.workflow_func is not agent.run_react_agent
     check_workflow_function(plan.workflow_func)
     # the train and eval tasksets both run it, and the report says what it is
