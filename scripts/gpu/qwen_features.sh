@@ -27,7 +27,9 @@
 #   bare   = the agent with no tools offered, 512 tokens (the candidate training setting, so
 #            its column is the policy's own starting pass rate);
 #   short  = the same at 128 tokens;
-#   tool   = the Python tool alone (no meta tool), text tool calls, 512 tokens (test split).
+#   tool   = the Python tool alone (no meta tool), text tool calls, 512 tokens (test split);
+#   braces = bare with the single-brace prompt (test split): on the CPU the model copied the
+#            reference prompt's doubled braces ({{9 - 1}}) instead of boxing a number.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${B:-/root/bundle}      # bundle parts, then the unpacked site-packages
@@ -49,6 +51,7 @@ bare_test qwen_bare_pass_rate test --max-tokens 512 --no-meta-tool
 short_train qwen_short_pass_rate train --max-tokens 128 --no-meta-tool
 short_test qwen_short_pass_rate test --max-tokens 128 --no-meta-tool
 tool_test qwen_tool_pass_rate test --max-tokens 512 --no-meta-tool --python-tool --text-tool-calls
+braces_test qwen_bare_single_braces_pass_rate test --max-tokens 512 --no-meta-tool --prompt-variant single_braces
 weak_train qwen_weak_pass_rate train --max-tokens 128
 weak_test qwen_weak_pass_rate test --max-tokens 128
 strong_train qwen_strong_pass_rate train --max-tokens 512 --python-tool --text-tool-calls
