@@ -54,8 +54,12 @@ from mathagent.tasks.arithmetic import (
     _pick,
 )
 
-QWEN_WEAK_KEY = "qwen_weak_pass_rate"
-QWEN_STRONG_KEY = "qwen_strong_pass_rate"
+# The two references, both the policy itself with no tool offered (temperature 1, strict judge):
+# weak at 128 new tokens, strong at 512 (the candidate training setting, so the strong column is
+# also the policy's own starting pass rate). Offering any tool (AgentScope's meta tool, the
+# Python tool) made this model answer with made-up tool calls (results/qwen_features/).
+QWEN_WEAK_KEY = "qwen_short_pass_rate"
+QWEN_STRONG_KEY = "qwen_bare_pass_rate"
 QWEN_FEATURE_KEYS = (QWEN_WEAK_KEY, QWEN_STRONG_KEY)
 QWEN_SEED = 11
 TIERS = ("easy", "middle", "hard")

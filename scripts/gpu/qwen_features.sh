@@ -43,15 +43,17 @@ WORKERS=${WORKERS:-12}    # Ray workers, each with CONCURRENCY agent runs in fli
 CONCURRENCY=${CONCURRENCY:-48}
 CHUNK=${CHUNK:-16}        # tasks a worker takes at a time (the unit the side table records)
 N=${N:-8}
+TRANSCRIPTS=${TRANSCRIPTS:-1}  # 0: skip the whole conversations (qwen_transcripts.py) before measuring
 ONLY=${ONLY:-}            # names of MEASUREMENTS to run (default: all of them, in order)
-# name column split extra-flags, measured in this order
+# name column split extra-flags, measured in this order (the held-out split first: the
+# policy's starting accuracy; an --n among the flags overrides N for that measurement)
 MEASUREMENTS=${MEASUREMENTS:-"
-bare_train qwen_bare_pass_rate train --max-tokens 512 --no-meta-tool
 bare_test qwen_bare_pass_rate test --max-tokens 512 --no-meta-tool
-short_train qwen_short_pass_rate train --max-tokens 128 --no-meta-tool
 short_test qwen_short_pass_rate test --max-tokens 128 --no-meta-tool
-tool_test qwen_tool_pass_rate test --max-tokens 512 --no-meta-tool --python-tool --text-tool-calls
-braces_test qwen_bare_single_braces_pass_rate test --max-tokens 512 --no-meta-tool --prompt-variant single_braces
+braces_test qwen_bare_single_braces_pass_rate test --max-tokens 512 --no-meta-tool --prompt-variant single_braces --n 4
+bare_train qwen_bare_pass_rate train --max-tokens 512 --no-meta-tool --n 4
+short_train qwen_short_pass_rate train --max-tokens 128 --no-meta-tool --n 4
+tool_test qwen_tool_pass_rate test --max-tokens 512 --no-meta-tool --python-tool --text-tool-calls --n 4
 weak_train qwen_weak_pass_rate train --max-tokens 128
 weak_test qwen_weak_pass_rate test --max-tokens 128
 strong_train qwen_strong_pass_rate train --max-tokens 512 --python-tool --text-tool-calls
@@ -103,8 +105,8 @@ set -u
 until curl -sf http://127.0.0.1:$PORT/v1/models > /dev/null; do
   kill -0 \$(cat "$W/vllm.pid") 2>/dev/null || { echo "vLLM exited"; exit 1; }; sleep 2; done
 echo "vllm ready after \$(( \$(date +%s) - \$(cat "$W/vllm.t0") )) s"
-python3 scripts/gpu/qwen_transcripts.py --base-url http://127.0.0.1:$PORT/v1 --model $MODEL \
-  --taskset "$W/taskset" --out "$W/transcripts.jsonl" < /dev/null
+[ "$TRANSCRIPTS" = 0 ] || python3 scripts/gpu/qwen_transcripts.py --base-url http://127.0.0.1:$PORT/v1 \
+  --model $MODEL --taskset "$W/taskset" --out "$W/transcripts.jsonl" < /dev/null
 echo "$MEASUREMENTS" | while read -r name column split extra; do
   [ -n "\$name" ] || continue
   case " $ONLY " in "  "|*" \$name "*) ;; *) continue ;; esac

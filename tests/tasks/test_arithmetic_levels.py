@@ -92,7 +92,7 @@ def test_level_sets_are_known_by_name():
     assert tasks.LEVEL_SET_NAMES == ("smollm2", "qwen")
     assert tasks.SMOLLM2_LEVELS.levels == arithmetic.ARITHMETIC_LEVELS
     assert QWEN.out_dir == paths.ARITHMETIC_QWEN_DIR
-    assert QWEN.feature_keys == ("qwen_weak_pass_rate", "qwen_strong_pass_rate")
+    assert QWEN.feature_keys == ("qwen_short_pass_rate", "qwen_bare_pass_rate")
     with pytest.raises(SettingsError, match="unknown level set 'llama'.*smollm2, qwen"):
         tasks.level_set("llama")
     table = tasks.level_table("qwen")
@@ -233,7 +233,8 @@ def test_committed_qwen_taskset_is_a_fresh_generation_with_its_seed():
                                     "test": list(QWEN.test_shares)}
     assert prov["design"]["tier_shares"]["train"] == {"easy": 0.15, "middle": 0.2, "hard": 0.65}
     assert prov["versions"]["arithmetic_generator"] == arithmetic.GENERATOR_VERSION
-    assert prov["feature_columns"]["weak"] == "qwen_weak_pass_rate"
+    assert prov["feature_columns"]["weak"] == "qwen_short_pass_rate"
+    assert prov["feature_columns"]["strong"] == "qwen_bare_pass_rate"
     assert (paths.ARITHMETIC_QWEN_DIR / "train.parquet").stat().st_size < 400_000
 
 
@@ -248,6 +249,37 @@ def test_committed_qwen_taskset_loads_without_features_and_in_trinity():
     assert len(rows) == QWEN.n_test
     assert rows[0].raw_task["question"] == tasks.read_split(paths.ARITHMETIC_QWEN_DIR,
                                                             "test")["question"][0]
+
+
+def test_committed_qwen_features_are_as_the_design_needs():
+    """The measured references: the policy's own rate (strong, 512 tokens) falls by tier and
+    starts below 0.2 under random selection; the short budget (weak, measured on the test split
+    so far and kept beside the taskset, since a taskset's splits share their columns) is
+    clearly weaker on the same tasks."""
+    weak, strong = QWEN.feature_keys
+    tier = {lv.difficulty: lv.tier for lv in QWEN.levels}
+    train = tasks.read_split(paths.ARITHMETIC_QWEN_DIR, "train")
+    test = tasks.read_split(paths.ARITHMETIC_QWEN_DIR, "test")
+    by_tier = train.groupby(train["difficulty"].map(tier))[strong].mean()
+    assert by_tier["easy"] > by_tier["middle"] > by_tier["hard"]
+    assert 0.1 < train[strong].mean() < 0.2
+    kept = pd.read_csv(paths.REPO_ROOT / "results" / "qwen_features" /
+                       "no_tool_test_pass_rates.csv")
+    assert kept["task_id"].tolist() == test["task_id"].tolist()
+    assert np.allclose(kept[strong], test[strong])
+    assert kept[weak].mean() < 0.7 * kept[strong].mean()
+    measured = tasks.read_provenance(paths.ARITHMETIC_QWEN_DIR)["measurements"]
+    beside = json.loads((paths.REPO_ROOT / "results" / "qwen_features" /
+                         "measurement_provenance.json").read_text())
+    for record, frame, column, n, tokens in (
+            (measured[strong]["train"], train, strong, 4, 512),
+            (measured[strong]["test"], test, strong, 8, 512),
+            (beside[weak]["test"], kept, weak, 8, 128)):
+        assert record["n"] == n and record["failed_rollouts"] == 0
+        settings = record["settings"]
+        assert settings["meta_tool"] is False and settings["python_tool"] is False
+        assert settings["judge"] == "gsm8k_judge" and settings["max_tokens"] == tokens
+        assert frame[column].mean() == pytest.approx(record["mean_pass_rate"])
 
 
 def test_smollm2_level_set_still_gives_data_arithmetic():
@@ -292,7 +324,7 @@ def test_command_writes_the_named_level_set_and_refuses_to_overwrite(tmp_path, c
     before = _snapshot(out)
     rc, _, err = _run_cli(["generate-arithmetic", "--levels", "qwen", "--out", out], capsys)
     assert rc == 2 and err.count("\n") == 1 and err.startswith("error: ")
-    assert "qwen_weak_pass_rate" in err and "--force" in err
+    assert "qwen_short_pass_rate" in err and "--force" in err
     assert _snapshot(out) == before
     # another level set into this folder is refused too, even without measured columns
     rc, _, _ = _run_cli(["generate-arithmetic", "--levels", "qwen", "--out", out, "--n-train",
@@ -360,5 +392,5 @@ def test_measure_pass_rates_adds_a_feature_column_to_a_qwen_taskset(tmp_path):
     assert prov["measurements"][tasks.QWEN_FEATURE_KEYS[0]]["train"]["n"] == 4
     frame = tasks.read_split(out, "train")
     assert frame[COLUMNS].equals(tasks.generate_level_set("qwen", 22, 11, 1)["train"][COLUMNS])
-    with pytest.raises(tasks.TasksetError, match="measured column.*qwen_weak_pass_rate"):
+    with pytest.raises(tasks.TasksetError, match="measured column.*qwen_short_pass_rate"):
         tasks.write_arithmetic(out, n_train=22, n_test=11, seed=1, levels="qwen")
