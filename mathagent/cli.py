@@ -20,6 +20,7 @@ import sys
 # command -> (owning module, one-line help). Keep in the order a user meets them.
 COMMANDS: dict[str, tuple[str, str]] = {
     "tutorial": ("mathagent.tutorial", "Run the notebooks in order and summarise what ran."),
+    "site": ("mathagent.site", "Build the executed notebooks into a static site to read."),
     "prepare-data": ("mathagent.tasks.commands", "Convert guru-RL-92k math rows into a taskset."),
     "prepare-aime": ("mathagent.tasks.commands", "Build the AIME-24 eval set from a local file or the hub."),
     "generate-arithmetic": ("mathagent.tasks.commands", "Generate the bundled arithmetic taskset."),

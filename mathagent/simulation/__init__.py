@@ -50,12 +50,20 @@ helps under its assumptions; it does not predict the size of the gain on a real 
 * ``specs``: the selectors of a sweep (:class:`SelectorSpec`, the default sweep), checked;
 * ``signal``: the learning signal of a rollout group and its expectation;
 * ``sweep``: one simulated learner per seed and selector, on shared streams (:func:`run_sweep`);
+* ``knob``: the ``target_reward`` knob, several targets side by side (:func:`compare_targets`);
 * ``report``: a sweep's tables, metrics and figures written out; the stand-in runs;
 * ``commands``: the ``simulate`` command.
 """
 
 from mathagent.simulation.commands import simulate_command, simulate_parser
 from mathagent.simulation.config import SimConfig, replace_config, smoke_config
+from mathagent.simulation.knob import (
+    KNOB_COLUMNS,
+    TUTORIAL_TARGETS,
+    TargetComparison,
+    compare_targets,
+    plot_target_comparison,
+)
 from mathagent.simulation.report import (
     MAIN_SELECTORS,
     draw_figures,
@@ -73,6 +81,7 @@ from mathagent.simulation.specs import (
     check_specs,
     default_specs,
     specs_table,
+    target_specs,
 )
 from mathagent.simulation.sweep import (
     POSTERIOR_COLUMNS,
@@ -94,6 +103,7 @@ from mathagent.simulation.world import (
 
 __all__ = [
     "FEATURE_KEYS",
+    "KNOB_COLUMNS",
     "LAMB_GRID",
     "MAIN_SELECTORS",
     "POSTERIOR_COLUMNS",
@@ -103,6 +113,8 @@ __all__ = [
     "SimConfig",
     "SweepResult",
     "TARGET_SWEEP",
+    "TUTORIAL_TARGETS",
+    "TargetComparison",
     "UPSTREAM_BOTS",
     "WEAK_KEY",
     "World",
@@ -110,11 +122,13 @@ __all__ = [
     "default_specs",
     "draw_figures",
     "expected_signal",
+    "compare_targets",
     "heatmap_table",
     "identical_runs",
     "learning_signal",
     "make_world",
     "observer",
+    "plot_target_comparison",
     "replace_config",
     "run_selector",
     "run_sweep",
@@ -125,6 +139,7 @@ __all__ = [
     "simulate_parser",
     "smoke_config",
     "specs_table",
+    "target_specs",
     "toy_taskset",
     "write_sweep",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -13,18 +13,27 @@ from mathagent.simulation.world import FEATURE_KEYS, World
 
 @dataclass(frozen=True)
 class SelectorSpec:
-    """One line of a sweep: a label, the selector name for ``make_selector`` and kwargs."""
+    """One line of a sweep: a label, the selector name for ``make_selector`` and kwargs.
+
+    ``factory`` runs a selector of your own instead (``name`` is then only a label):
+    ``factory(dataset, seed=..., n_rollouts=..., **kwargs)`` returns an object with
+    ``get_indices(batch_size) -> list[int]`` and ``feedback(indices, pass_rates)``, like a
+    Trinity selector. It gets the seed's ``datasets.Dataset`` (``task``, the reference
+    columns, and ``difficulty``, the hidden truth a fair selector leaves alone). A factory
+    defined at module level also runs in the sweep's worker processes.
+    """
 
     label: str
     name: str
     kwargs: dict = field(default_factory=dict)
-    group: str = "trinity"  # trinity | bots | ablation | grid
+    group: str = "trinity"  # trinity | bots | ablation | grid | custom
     note: str = ""
+    factory: Callable | None = None
 
     def needs_features(self) -> bool:
         from mathagent.selectors import reads_features
 
-        return reads_features(self.name)
+        return self.factory is None and reads_features(self.name)
 
 
 # The reference experiment's difficulty_based settings (its m equals the group size).
@@ -86,11 +95,35 @@ def default_specs(n_rollouts: int = 8, lamb_grid: Sequence[float] = LAMB_GRID,
     return specs
 
 
+def target_specs(targets: Sequence[float], n_rollouts: int = 8, baseline: str = "random",
+                 name: str = "difficulty_based") -> list[SelectorSpec]:
+    """``baseline`` and one ``name`` selector per ``target_reward``, otherwise the reference
+    settings (:data:`UPSTREAM_BOTS`): the ``target_reward`` knob side by side.
+
+    Labels are ``"<name> target=<t>"``; TTB and BSF are then measured against ``baseline``.
+    """
+    targets = list(targets)
+    if not targets:
+        raise ValueError("target_specs: give at least one target_reward")
+    bad = [t for t in targets if not 0.0 <= float(t) <= 1.0]
+    if bad:
+        raise ValueError(f"target_specs: target_reward {bad[0]!r} is not a pass rate in [0, 1]")
+    if len({float(t) for t in targets}) != len(targets):
+        raise ValueError(f"target_specs: repeated target_reward in {targets}")
+    base = {**UPSTREAM_BOTS, "m": n_rollouts}
+    return [SelectorSpec(baseline, baseline)] + [
+        SelectorSpec(f"{name} target={_fmt(float(t))}", name,
+                     {**base, "target_reward": float(t)}, "ablation",
+                     note="the target_reward knob") for t in targets]
+
+
 def specs_table(specs: Sequence[SelectorSpec]) -> pd.DataFrame:
     """One row per selector label with its name, group and kwargs spread into columns."""
     rows = []
     for s in specs:
         row = {"selector": s.label, "name": s.name, "group": s.group, "note": s.note}
+        if s.factory is not None:
+            row["factory"] = getattr(s.factory, "__qualname__", repr(s.factory))
         row.update({k: v for k, v in s.kwargs.items()})
         rows.append(row)
     return pd.DataFrame(rows)
@@ -109,6 +142,11 @@ def check_specs(specs: Sequence[SelectorSpec], config: SimConfig, world: World |
         raise ValueError("the world was made with a different SimConfig")
     probe = world.datasets()[0] if world is not None else None
     for s in specs:
+        if s.factory is not None:
+            if not callable(s.factory):
+                raise ValueError(f"sweep entry {s.label!r}: factory {s.factory!r} is not "
+                                 "callable")
+            continue
         keys = list(FEATURE_KEYS) if s.needs_features() else None
         try:
             check_selector_settings(s.name, probe, keys, repeat_times=config.n_rollouts,

@@ -42,9 +42,13 @@ def run_selector(spec: SelectorSpec, world: World,
     c = world.config
     S, B, n = world.n_seeds, c.batch_size, c.n_rollouts
     keys = list(FEATURE_KEYS) if spec.needs_features() else None
-    drivers = [make_selector(spec.name, ds, keys, seed=world.selector_seeds[s],
-                             repeat_times=n, **spec.kwargs)
-               for s, ds in enumerate(world.datasets())]
+    if spec.factory is None:
+        drivers = [make_selector(spec.name, ds, keys, seed=world.selector_seeds[s],
+                                 repeat_times=n, **spec.kwargs)
+                   for s, ds in enumerate(world.datasets())]
+    else:
+        drivers = [_CustomDriver(spec, ds, world.selector_seeds[s], n)
+                   for s, ds in enumerate(world.datasets())]
     # Fresh generators on the shared sequences: every selector replays the same draws.
     rngs = [np.random.default_rng(seq) for seq in world.rollout_seeds]
     seeds_col = np.arange(c.seed, c.seed + S)  # reported seed ids
@@ -112,6 +116,36 @@ def run_selector(spec: SelectorSpec, world: World,
         "selected_true_pass_rate": sel_p.reshape(-1),
     }).sort_values(["seed", "step"], kind="stable").reset_index(drop=True)
     return table, pd.DataFrame(post_rows, columns=list(POSTERIOR_COLUMNS))
+
+
+class _CustomDriver:
+    """A selector of one's own (``SelectorSpec.factory``) behind the driver calls a sweep
+    makes; its batches are checked, so a faulty selector fails with one line naming it."""
+
+    adaptive = False
+
+    def __init__(self, spec: SelectorSpec, dataset, seed: int, n_rollouts: int):
+        self.label = spec.label
+        self.n_tasks = len(dataset)
+        self.selector = spec.factory(dataset, seed=seed, n_rollouts=n_rollouts, **spec.kwargs)
+        for method in ("get_indices", "feedback"):
+            if not callable(getattr(self.selector, method, None)):
+                raise ValueError(f"sweep entry {self.label!r}: its selector has no "
+                                 f"{method}() method")
+
+    def get_indices(self, batch_size: int) -> list[int]:
+        idx = np.asarray(self.selector.get_indices(batch_size)).reshape(-1)
+        if (len(idx) != batch_size or not np.issubdtype(idx.dtype, np.integer)
+                or len(np.unique(idx)) != batch_size or idx.min() < 0
+                or idx.max() >= self.n_tasks):
+            raise ValueError(f"sweep entry {self.label!r}: get_indices({batch_size}) must "
+                             f"return {batch_size} distinct task indices in [0, "
+                             f"{self.n_tasks}), got {idx[:8].tolist()}"
+                             f"{'...' if len(idx) > 8 else ''}")
+        return idx.tolist()
+
+    def feedback(self, indices: Sequence[int], values: Sequence[float]) -> None:
+        self.selector.feedback(list(indices), list(values))
 
 
 def _evaluate(theta: np.ndarray, world: World, rngs: list[np.random.Generator]) -> np.ndarray:

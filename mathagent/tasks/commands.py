@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +26,20 @@ from mathagent.tasks.report import format_report
 from mathagent.tasks.schema import TasksetError
 
 
-def prepare_data_parser(parser: argparse.ArgumentParser) -> None:
+def _source_flags(parser: argparse.ArgumentParser, local_file: str) -> None:
+    """``--input`` (a local file, described by ``local_file``), else the hub: ``--hub-timeout``."""
     parser.add_argument("--input", type=Path, metavar="PATH",
-                        help="local copy of guru's train/math__combined_54.4k.parquet (or a "
-                             "jsonl in the same raw schema); default: download from the hub")
+                        help=f"{local_file}; default: download from the hub")
+    parser.add_argument("--hub-timeout", type=float, default=10.0, metavar="S",
+                        help="seconds to wait for the hub (default: %(default)s)")
+
+
+def prepare_data_parser(parser: argparse.ArgumentParser) -> None:
+    _source_flags(parser, "local copy of guru's train/math__combined_54.4k.parquet (or a jsonl "
+                          "in the same raw schema)")
     parser.add_argument("--out", type=Path, default=paths.GURU_DIR, metavar="DIR",
                         help="taskset directory to write (default: %(default)s)")
     add_flags(parser, GuruOptions)
-    parser.add_argument("--hub-timeout", type=float, default=10.0, metavar="S",
-                        help="seconds to wait for the hub (default: %(default)s)")
     parser.add_argument("--force", action="store_true",
                         help="replace the train/validation splits of an existing taskset in "
                              "--out (a test split there is kept)")
@@ -50,49 +56,44 @@ def _arrow_failure(input_path: Any, exc: Exception) -> str:
     return f"{where}: cannot convert ({type(exc).__name__}: {one_line(exc)})"
 
 
-def prepare_data_command(args: argparse.Namespace) -> int:
+def _prepare(args: argparse.Namespace, options_type: type, convert: Callable[[Any], Any],
+             written: Path) -> int:
+    """A prepare command: ``convert`` the input with the options read from the flags, then
+    print its report and what it wrote; or one error line."""
     try:
-        options = from_flags(GuruOptions, args)
-        report = prepare_guru(args.input, args.out, options, hub_timeout=args.hub_timeout,
-                              progress=True, force=args.force)
+        report = convert(from_flags(options_type, args))
     except (TasksetError, HubUnavailable, OutputError, SettingsError) as exc:
         return _fail(exc)
     except pa.ArrowException as exc:
         return _fail(_arrow_failure(args.input, exc))
     print(format_report(report))
-    print(f"wrote {args.out}")
+    print(f"wrote {written}")
     return 0
 
 
+def prepare_data_command(args: argparse.Namespace) -> int:
+    return _prepare(args, GuruOptions, lambda options: prepare_guru(
+        args.input, args.out, options, hub_timeout=args.hub_timeout, progress=True,
+        force=args.force), written=args.out)
+
+
 def prepare_aime_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--input", type=Path, metavar="PATH",
-                        help="local jsonl/parquet/csv with problem and answer columns; "
-                             "default: download from the hub")
+    _source_flags(parser, "local jsonl/parquet/csv with problem and answer columns")
     parser.add_argument("--out", type=Path, default=paths.AIME24_DIR, metavar="DIR",
                         help="taskset directory; the split is test (default: %(default)s)")
     # the column settings' help says what their unset default does
     add_flags(parser, AimeOptions, show_defaults=False)
     parser.add_argument("--hub-repo", default=AIME_REPO,
                         help="hub dataset repo to download (default: %(default)s)")
-    parser.add_argument("--hub-timeout", type=float, default=10.0, metavar="S",
-                        help="seconds to wait for the hub (default: %(default)s)")
     parser.add_argument("--force", action="store_true",
                         help="replace the test split of an existing taskset in --out (other "
                              "splits there are kept)")
 
 
 def prepare_aime_command(args: argparse.Namespace) -> int:
-    try:
-        options = from_flags(AimeOptions, args)
-        report = prepare_aime(args.input, args.out, options, hub_repo=args.hub_repo,
-                              hub_timeout=args.hub_timeout, force=args.force)
-    except (TasksetError, HubUnavailable, OutputError, SettingsError) as exc:
-        return _fail(exc)
-    except pa.ArrowException as exc:
-        return _fail(_arrow_failure(args.input, exc))
-    print(format_report(report))
-    print(f"wrote {args.out / 'test.parquet'}")
-    return 0
+    return _prepare(args, AimeOptions, lambda options: prepare_aime(
+        args.input, args.out, options, hub_repo=args.hub_repo, hub_timeout=args.hub_timeout,
+        force=args.force), written=args.out / "test.parquet")
 
 
 def generate_arithmetic_parser(parser: argparse.ArgumentParser) -> None:

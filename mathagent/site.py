@@ -1,0 +1,342 @@
+"""The executed tutorial as a static site: one HTML page per notebook and per README.
+
+``python -m mathagent site`` takes the executed notebooks of a tutorial run (the copies
+``python -m mathagent tutorial`` writes to ``runs/tutorial/<timestamp>/``; ``--run`` makes a
+fresh run first), converts each with nbconvert's ``lab`` template, adds the project README and
+the results READMEs, and writes ``index.html`` beside them. Links between pages (a README's
+link to a notebook or to a results folder) point at the pages; images a README shows are
+copied into ``figures/``; a notebook's figures stay inside its page.
+
+The build refuses to leave a page a reader would trip over, with one line naming it: a
+notebook with an error output, an image that does not load (a missing file, an empty or
+undecodable embedded image, one fetched from the network), an empty page. The folder is
+written beside its target and swapped in (:mod:`mathagent.outputs`), so a failed build
+leaves the previous site as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import html
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+
+from mathagent import paths
+
+#: Pages shorter than this many visible characters count as empty.
+MIN_TEXT_CHARS = 80
+
+
+class SiteError(ValueError):
+    """A page that cannot be built or checked; the message is one line naming it."""
+
+
+@dataclass
+class Page:
+    """One page of the site: its file name, title, source and what it holds."""
+
+    name: str
+    title: str
+    source: Path
+    kind: str  # notebook | readme
+    figures: int = 0
+    chars: int = 0
+
+
+@dataclass
+class SiteReport:
+    """What a build wrote: the pages (index first), figure count, seconds, the folder."""
+
+    out: Path
+    pages: list[Page] = field(default_factory=list)
+    seconds: float = 0.0
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def figures(self) -> int:
+        return sum(p.figures for p in self.pages)
+
+    def summary(self) -> str:
+        lines = [f"{len(self.pages)} pages, {self.figures} figures, built in "
+                 f"{self.seconds:.1f} s: {self.out / 'index.html'}"]
+        width = max((len(p.name) for p in self.pages), default=0)
+        lines += [f"  {p.name:<{width}}  {p.figures:3d} figures  {p.chars:7d} characters"
+                  for p in self.pages]
+        if self.missing:
+            lines.append(f"  not in this run (no executed copy): {', '.join(self.missing)}")
+        return "\n".join(lines)
+
+
+# -- sources ---------------------------------------------------------------------------------
+def readme_sources(root: Path = paths.REPO_ROOT) -> list[Path]:
+    """The project README and every results folder's README, in that order."""
+    found = [root / "README.md"] if (root / "README.md").is_file() else []
+    return found + sorted((root / "results").glob("*/README.md"))
+
+
+def latest_tutorial_run(root: Path | None = None) -> Path:
+    """The newest ``runs/tutorial/<timestamp>`` folder holding executed notebooks."""
+    root = root or paths.runs_dir() / "tutorial"
+    runs = sorted((d for d in root.glob("*") if d.is_dir() and any(d.glob("[0-9][0-9]*.ipynb"))),
+                  key=lambda d: d.name)
+    if not runs:
+        raise SiteError(f"{root}: no executed tutorial run; run `python -m mathagent tutorial` "
+                        "first, or `python -m mathagent site --run`")
+    return runs[-1]
+
+
+def _page_name(source: Path, root: Path) -> str:
+    if source.suffix == ".ipynb":
+        return source.stem + ".html"
+    rel = source.resolve().relative_to(root.resolve()).with_suffix("")
+    return "_".join(rel.parts) + ".html"
+
+
+# -- rendering -------------------------------------------------------------------------------
+def _exporter():
+    import logging
+
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(template_name="lab")
+    exporter.log.setLevel(logging.ERROR)  # not the accessibility hints on every figure
+    return exporter
+
+
+def _notebook_errors(nb, source: Path) -> None:
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                raise SiteError(f"{source}: cell {i} has an error output "
+                                f"({out.get('ename', 'error')}: {out.get('evalue', '')})"[:300])
+
+
+def render_notebook(source: Path) -> tuple[str, str]:
+    """``(title, html)`` of an executed notebook; an error output is a :class:`SiteError`."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(source, as_version=4)
+    except Exception as exc:  # unreadable JSON, wrong format: one line naming the file
+        raise SiteError(f"{source}: not a readable notebook ({type(exc).__name__})") from exc
+    _notebook_errors(nb, source)
+    title = next((ln.lstrip("# ").strip() for c in nb.cells if c.cell_type == "markdown"
+                  for ln in c.source.splitlines() if ln.startswith("# ")), source.stem)
+    body, _ = _exporter().from_notebook_node(nb, resources={"metadata": {"name": title}})
+    return title, body
+
+
+def render_markdown(source: Path) -> tuple[str, str]:
+    """``(title, html)`` of a markdown file, through the same template as the notebooks."""
+    import nbformat
+
+    text = source.read_text(encoding="utf-8")
+    title = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.startswith("# ")),
+                 source.parent.name)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(text)]
+    body, _ = _exporter().from_notebook_node(nb, resources={"metadata": {"name": title}})
+    return title, body
+
+
+_HREF = re.compile(r'(<a\s[^>]*?href=")([^"#]*)((?:#[^"]*)?")')
+_IMG_SRC = re.compile(r'(<img\s[^>]*?src=")([^"]*)(")')
+
+
+def _rewrite(body: str, page: Page, pages_by_source: dict[Path, str], out: Path) -> str:
+    """Point links at the site's pages and copy the images a README shows into figures/."""
+    base = page.source.parent
+
+    def href(m: re.Match) -> str:
+        target = html.unescape(m.group(2))
+        if not target or re.match(r"^[a-z]+:", target):
+            return m.group(0)
+        path = (base / target).resolve()
+        for candidate in (path, path / "README.md"):
+            if candidate in pages_by_source:
+                return m.group(1) + pages_by_source[candidate] + m.group(3)
+        return m.group(0)
+
+    def img(m: re.Match) -> str:
+        src = html.unescape(m.group(2))
+        if not src or re.match(r"^[a-z]+:", src):
+            return m.group(0)
+        path = (base / src).resolve()
+        if not path.is_file():
+            return m.group(0)  # left broken: the check names it
+        dest = out / "figures" / f"{Path(page.name).stem}-{path.name}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dest)
+        return m.group(1) + f"figures/{dest.name}" + m.group(3)
+
+    return _IMG_SRC.sub(img, _HREF.sub(href, body))
+
+
+def _with_nav(body: str, page_name: str, pages: list[Page]) -> str:
+    """A bar of links at the top of a page: the index, the notebooks, the README."""
+    items = []
+    for p in pages:
+        if p.kind != "notebook" and p.name != "README.html":
+            continue
+        label = html.escape(p.title if p.kind == "notebook" else "README")
+        items.append(f"<b>{label}</b>" if p.name == page_name
+                     else f'<a href="{p.name}">{label}</a>')
+    nav = ('<nav style="padding:8px 16px;border-bottom:1px solid #ccc;font:14px sans-serif">'
+           f'<a href="index.html">index</a> | {" · ".join(items)}</nav>')
+    return re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1)
+
+
+# -- checking --------------------------------------------------------------------------------
+class _PageReader(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images: list[str] = []
+        self.text: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.images.append(dict(attrs).get("src") or "")
+        if tag in ("script", "style", "nav"):
+            self._skip += 1
+
+    def handle_endtag(self, tag):
+        if tag in ("script", "style", "nav") and self._skip:
+            self._skip -= 1
+
+    def handle_data(self, data):
+        if not self._skip:
+            self.text.append(data)
+
+
+def check_page(path: Path, label: str | Path | None = None) -> tuple[int, int]:
+    """``(images, visible characters)`` of a built page; a broken image or an empty page is a
+    :class:`SiteError` naming the page (as ``label``, default its path)."""
+    label = label or path
+    reader = _PageReader()
+    reader.feed(path.read_text(encoding="utf-8"))
+    for src in reader.images:
+        if src.startswith("data:"):
+            header, _, payload = src.partition(",")
+            try:
+                ok = ";base64" in header and len(base64.b64decode(payload, validate=True)) > 0
+            except (binascii.Error, ValueError):
+                ok = False
+            if not ok:
+                raise SiteError(f"{label}: broken image (an empty or undecodable embedded "
+                                f"image, {header or 'data:'})")
+        elif not src or re.match(r"^[a-z]+:", src):
+            raise SiteError(f"{label}: broken image {src!r} (not embedded in the site)")
+        elif not (path.parent / src).is_file():
+            raise SiteError(f"{label}: broken image {src!r} (no such file)")
+    chars = len(" ".join(" ".join(reader.text).split()))
+    if chars < MIN_TEXT_CHARS:
+        raise SiteError(f"{label}: empty page ({chars} visible characters)")
+    return len(reader.images), chars
+
+
+# -- the build -------------------------------------------------------------------------------
+def _index(pages: list[Page], run_dir: Path) -> str:
+    rows = "\n".join(
+        f'<tr><td><a href="{p.name}">{html.escape(p.title)}</a></td><td>{p.kind}</td>'
+        f"<td>{p.figures}</td></tr>" for p in pages)
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>mathagent: the executed tutorial</title>
+<style>body{{font:15px/1.5 sans-serif;max-width:820px;margin:2em auto;padding:0 1em}}
+td,th{{padding:2px 12px;text-align:left}}</style></head>
+<body><h1>mathagent: the executed tutorial</h1>
+<p>The five notebooks as they ran, every output and figure included, with the project's
+README and the results READMEs. Executed copies from <code>{html.escape(str(run_dir))}</code>.</p>
+<table><tr><th>page</th><th>kind</th><th>figures</th></tr>
+{rows}
+</table></body></html>
+"""
+
+
+def build_site(run_dir: str | Path, out_dir: str | Path, readmes: list[Path] | None = None,
+               root: Path = paths.REPO_ROOT, force: bool = True) -> SiteReport:
+    """Convert ``run_dir``'s executed notebooks and ``readmes`` into ``out_dir``; check every
+    page. ``readmes`` defaults to :func:`readme_sources`. Raises :class:`SiteError` (one line
+    naming the page) for a page that would mislead a reader, leaving ``out_dir`` as it was."""
+    from mathagent.outputs import check_output, staged_output
+
+    start = time.perf_counter()
+    run_dir, out = Path(run_dir), Path(out_dir)
+    notebooks = sorted(run_dir.glob("[0-9][0-9]*.ipynb"))
+    if not notebooks:
+        raise SiteError(f"{run_dir}: no executed notebooks (NN_*.ipynb) to build from")
+    readmes = readme_sources(root) if readmes is None else list(readmes)
+    pages = [Page(_page_name(nb, root), "", nb, "notebook") for nb in notebooks]
+    pages += [Page(_page_name(md, root), "", md, "readme") for md in readmes]
+    # a README's link to a notebook means the notebook's page (sources live in notebooks/)
+    by_source = {(root / "notebooks" / p.source.name).resolve(): p.name
+                 for p in pages if p.kind == "notebook"}
+    by_source.update({p.source.resolve(): p.name for p in pages if p.kind == "readme"})
+    check_output(out, force)
+    bodies = {}
+    for page in pages:
+        render = render_notebook if page.kind == "notebook" else render_markdown
+        page.title, bodies[page.name] = render(page.source)
+    with staged_output(out) as tmp:
+        for page in pages:
+            body = _with_nav(_rewrite(bodies[page.name], page, by_source, tmp), page.name, pages)
+            (tmp / page.name).write_text(body, encoding="utf-8")
+            page.figures, page.chars = check_page(tmp / page.name, out / page.name)
+        (tmp / "index.html").write_text(_index(pages, run_dir), encoding="utf-8")
+    expected = {p.name for p in _source_notebooks()}
+    missing = sorted(expected - {nb.name for nb in notebooks})
+    return SiteReport(out, pages, time.perf_counter() - start, missing)
+
+
+def _source_notebooks() -> list[Path]:
+    from mathagent.tutorial import tutorial_notebooks
+
+    return tutorial_notebooks()
+
+
+# -- the command -----------------------------------------------------------------------------
+def site_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--from", dest="run_dir", type=Path, metavar="RUN_DIR",
+                        help="a tutorial run folder (default: the newest under runs/tutorial)")
+    parser.add_argument("--run", action="store_true",
+                        help="run the tutorial first (a new run folder), then build from it")
+    parser.add_argument("--smoke", action="store_true",
+                        help="with --run: the quick variant of every notebook")
+    parser.add_argument("--out", type=Path, help="site folder (default: RUN_DIR/site)")
+    parser.add_argument("--force", action="store_true", help="replace an existing site folder")
+
+
+def site_command(args: argparse.Namespace) -> int:
+    from mathagent import tutorial
+
+    try:
+        if args.run:
+            run_dir = args.run_dir or paths.new_run_dir("tutorial")
+            run_dir.mkdir(parents=True, exist_ok=True)
+            notebooks = tutorial.tutorial_notebooks()
+            results = tutorial.run_tutorial(notebooks, run_dir, smoke=args.smoke or paths.smoke())
+            print(tutorial.format_summary(results, notebooks, run_dir))
+            if not all(r.ok for r in results) or len(results) != len(notebooks):
+                print("site: the tutorial did not run through; no site built", file=sys.stderr)
+                return 1
+        else:
+            run_dir = args.run_dir or latest_tutorial_run()
+            if not run_dir.is_dir():
+                raise SiteError(f"{run_dir}: no such run folder")
+        run_dir = run_dir.resolve()  # the kernels run from notebooks/, the site from here
+        out = args.out or run_dir / "site"
+        report = build_site(run_dir, out, force=args.force or args.run)
+    except (SiteError, ValueError) as exc:  # OutputError is a ValueError
+        print(f"site: {exc}", file=sys.stderr)
+        return 2
+    print(report.summary())
+    print(f"open it: python -m http.server -d {out} 8000, then http://127.0.0.1:8000/ "
+          f"(or open {out / 'index.html'} directly)")
+    return 0

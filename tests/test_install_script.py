@@ -1,0 +1,46 @@
+"""scripts/install.sh: its options, and the pinned, hash-checked uv it installs with.
+
+The install itself takes minutes (benchmarks/bench_install.py measures it); these tests only
+run the script's checks, which answer before anything is created.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from packaging.requirements import Requirement
+
+from mathagent import paths
+
+ROOT = paths.REPO_ROOT
+SCRIPT = ROOT / "scripts" / "install.sh"
+
+
+@pytest.mark.parametrize("args, env, says", [
+    (["--bogus"], {}, "error: unknown option --bogus (usage: bash scripts/install.sh "
+                      "[--qwen] [--pip])"),
+    ([], {"MATHAGENT_INSTALLER": "conda"},
+     "error: MATHAGENT_INSTALLER is 'conda'; it takes uv (the default) or pip"),
+])
+def test_bad_options_are_one_error_line_and_create_nothing(args, env, says, tmp_path):
+    # a copy of the script, so that nothing beside it could be touched
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "install.sh").write_text(SCRIPT.read_text())
+    done = subprocess.run(["bash", str(tmp_path / "scripts" / "install.sh"), *args],
+                          capture_output=True, text=True, env={**os.environ, **env}, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [says]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scripts"]
+
+
+def test_uv_is_pinned_and_every_wheel_hash_checked():
+    lines = [ln.strip() for ln in (ROOT / "requirements" / "uv.txt").read_text().splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#")]
+    pin = Requirement(lines[0].rstrip("\\").strip())
+    assert pin.name == "uv" and str(pin.specifier).startswith("==")
+    hashes = [ln for ln in lines[1:] if ln.startswith("--hash=sha256:")]
+    assert len(hashes) == len(lines) - 1 >= 1
+    assert all(len(h.split(":")[1].rstrip("\\ ")) == 64 for h in hashes)
+
