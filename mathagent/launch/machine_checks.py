@@ -8,31 +8,16 @@ wrong (naming the setting at fault) and, in a dry run, what the launch machine m
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mathagent.launch.ray_head import cluster_resources
+from mathagent.serving.vllm_server import visible_gpus, vllm_importable  # shared probes
 
 if TYPE_CHECKING:
     from mathagent.launch.preflight import Preflight
-
-
-def visible_gpus() -> int:
-    """GPUs this process sees (``torch.cuda.device_count()``; 0 without torch)."""
-    try:
-        import torch
-
-        return torch.cuda.device_count()
-    except Exception:
-        return 0
-
-
-def vllm_importable() -> bool:
-    """Whether vllm can be imported here (found, not imported: importing it is slow)."""
-    return importlib.util.find_spec("vllm") is not None
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")

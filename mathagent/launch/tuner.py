@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mathagent.launch.config import ABSENT, ConfigError
+from mathagent.serving.connection import ENV_MODEL_FOLDER
 
 #: ``TunerModelConfig`` of the reference ``main.py``. The model path follows
 #: ``TRINITY_MODEL_PATH`` like the YAML does (the reference hard-codes Qwen/Qwen3-0.6B here,
@@ -41,7 +42,7 @@ REFERENCE_ALGORITHM: dict[str, Any] = {
     "eval_interval_steps": 20,
     "batch_size": 16,
 }
-MODEL_PATH_ENV = "TRINITY_MODEL_PATH"
+MODEL_PATH_ENV = ENV_MODEL_FOLDER  # TRINITY_MODEL_PATH, also what a notebook's vLLM serves
 TUNER_BLOCK = "tuner"
 
 #: Where the workflow lives (imported when a plan is built). The judge is chosen per run

@@ -30,12 +30,25 @@ How llama-cpp-python's server is started here is described in
 * ``ports``: a free TCP port, and whether a chosen one is taken;
 * ``logs``: temporary server logs and the cleanup of those whose owner died;
 * ``server``: :class:`LocalServer`, the llama.cpp server process;
-* ``connection``: the choice of endpoint (:func:`connect`, :func:`endpoint`);
+* ``vllm_server``: whether vLLM can run here (:func:`visible_gpus`, :func:`vllm_importable`)
+  and :class:`VLLMServer`, ``vllm serve`` as a managed process;
+* ``connection``: the choice of endpoint (:func:`connect`, :func:`endpoint`, and for the
+  notebooks :func:`choose_endpoint` with :func:`open_endpoint`: a given endpoint, else vLLM
+  on a GPU machine, else the local llama.cpp server);
 * ``commands``: ``python -m mathagent serve``.
 """
 
 from mathagent.serving.commands import ServeSettings, serve_command, serve_parser
-from mathagent.serving.connection import connect, endpoint
+from mathagent.serving.connection import (
+    ENV_MODEL_FOLDER,
+    ENV_VLLM_URL,
+    EndpointChoice,
+    Machine,
+    choose_endpoint,
+    connect,
+    endpoint,
+    open_endpoint,
+)
 from mathagent.serving.endpoint_settings import (
     ENV_API_KEY,
     ENV_BASE_URL,
@@ -50,6 +63,7 @@ from mathagent.serving.logs import remove_stale_logs, temporary_log_dir
 from mathagent.serving.model_file import BUNDLED_ALIAS, bundled_gguf
 from mathagent.serving.ports import free_port, port_in_use, port_in_use_message
 from mathagent.serving.server import DEFAULT_CHAT_FORMAT, LocalServer
+from mathagent.serving.vllm_server import VLLMServer, visible_gpus, vllm_importable
 
 __all__ = [
     "BUNDLED_ALIAS",
@@ -57,22 +71,31 @@ __all__ = [
     "ENV_API_KEY",
     "ENV_BASE_URL",
     "ENV_MODEL",
+    "ENV_MODEL_FOLDER",
+    "ENV_VLLM_URL",
+    "EndpointChoice",
     "LOCAL_API_KEY",
     "EndpointError",
     "LocalServer",
+    "Machine",
     "ModelSettings",
     "ServeSettings",
     "ServerStartError",
+    "VLLMServer",
     "bundled_gguf",
     "check_endpoint",
     "check_served_model",
+    "choose_endpoint",
     "connect",
     "endpoint",
     "free_port",
+    "open_endpoint",
     "port_in_use",
     "port_in_use_message",
     "remove_stale_logs",
     "serve_command",
     "serve_parser",
     "temporary_log_dir",
+    "visible_gpus",
+    "vllm_importable",
 ]

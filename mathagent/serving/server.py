@@ -51,7 +51,9 @@ DEFAULT_CHAT_FORMAT = "chatml"
 # The server process: ask the kernel to SIGTERM it when the process that started it dies
 # (so a killed notebook kernel or test run leaves no server behind), optionally switch off
 # llama.cpp's extra weight buffers and its reuse of the previous request's prompt, then run
-# ``llama_cpp.server`` as ``python -m`` would.
+# the server's module (``llama_cpp.server``; a subclass may run another) as ``python -m`` would.
+# Arguments: the parent's pid, extra buffers on/off, prompt reuse on/off ("-" for a server
+# that is not llama.cpp's: no patch), the module, its arguments.
 _LAUNCHER = """
 import ctypes, os, runpy, signal, sys
 try:
@@ -75,8 +77,8 @@ if sys.argv[3] == 'off':
         self.reset()
         return _generate(self, *args, **kwargs)
     llama_cpp.Llama.generate = _generate_from_scratch
-sys.argv = ['llama_cpp.server'] + sys.argv[4:]
-runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)
+sys.argv = [sys.argv[4]] + sys.argv[5:]
+runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)
 """
 
 
@@ -193,17 +195,25 @@ class LocalServer:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> LocalServer:
-        """Start the server and block until it answers; raise :class:`ServerStartError`."""
-        if self.running:
-            return self
-        self.check_port()
+    def check_startable(self) -> None:
+        """Raise :class:`ServerStartError` (one line) when the model or the server is missing."""
         model = self.model_path or bundled_gguf()
         if not Path(model).is_file():
             raise ServerStartError(f"model file {model} does not exist")
         if importlib.util.find_spec("llama_cpp") is None:
             raise ServerStartError("llama-cpp-python is not installed: "
                                    "pip install 'llama-cpp-python[server]==0.3.36'")
+
+    def launcher_switches(self) -> list[str]:
+        """The launcher's llama.cpp switches: extra buffers, prompt reuse (``on``/``off``)."""
+        return ["on" if self.extra_buffers else "off", "on" if self.prompt_reuse else "off"]
+
+    def start(self) -> LocalServer:
+        """Start the server and block until it answers; raise :class:`ServerStartError`."""
+        if self.running:
+            return self
+        self.check_port()
+        self.check_startable()
         if self.port is None:
             self.port = free_port(self.host)
         if self.log_path is None:
@@ -215,8 +225,7 @@ class LocalServer:
         self._log_file = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop())
         self._log_offset = self._log_file.tell()  # a kept log may hold earlier runs
         launcher = [self.python, "-c", _LAUNCHER, str(os.getpid()),
-                    "on" if self.extra_buffers else "off",
-                    "on" if self.prompt_reuse else "off", *self.command()[3:]]
+                    *self.launcher_switches(), *self.command()[2:]]
         self.process = subprocess.Popen(launcher, stdin=subprocess.DEVNULL,
                                         stdout=self._log_file, stderr=subprocess.STDOUT,
                                         start_new_session=True)
