@@ -248,7 +248,9 @@ def start_ray_head(num_cpus: int | None = 1, port: int | None = None, temp_dir: 
     start times of the head's processes, the only processes its ``stop()`` signals. Ray
     gives its raylet 30 s to register; on a busy machine that can run out, so a failed
     start is cleaned up (the processes that ``ray start`` left are stopped) and retried up
-    to ``attempts`` times. Returns once the head answers on its port.
+    to ``attempts`` times; so is one whose port (chosen here when ``port`` is None) one of
+    Ray's own components wanted too, with another free port. Returns once the head answers
+    on its port.
     """
     errors = []
     for _ in range(max(1, attempts)):
@@ -257,10 +259,21 @@ def start_ray_head(num_cpus: int | None = 1, port: int | None = None, temp_dir: 
                                         num_gpus)
         except RuntimeError as exc:
             errors.append(str(exc))
-            if "timed out during startup" not in str(exc):
+            if not _worth_retrying(str(exc), port_chosen_here=port is None):
                 break
     raise RuntimeError(errors[-1] + (f"\n(after {len(errors)} attempts)" if len(errors) > 1
                                      else ""))
+
+
+def _worth_retrying(error: str, port_chosen_here: bool) -> bool:
+    """Whether a failed ``ray start`` may succeed on a second try: a raylet that registered too
+    late on a busy machine, or (when this package chose the port) a port that one of Ray's own
+    components also uses, such as the dashboard agent's default 52365; the next try takes
+    another free port."""
+    if "timed out during startup" in error:
+        return True
+    return port_chosen_here and ("used by other components" in error
+                                 or "already in use" in error)
 
 
 def _start_ray_head_once(num_cpus: int | None, port: int | None, temp_dir: str | None,

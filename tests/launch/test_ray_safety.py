@@ -222,6 +222,27 @@ def test_failed_start_leaves_nothing(decoys, capsys):
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.slow
+def test_a_chosen_port_that_ray_wants_for_itself_is_replaced(monkeypatch):
+    """A free port that one of Ray's own components also claims (52365 is its dashboard
+    agent's default) makes `ray start` refuse; a head whose port this package chose starts
+    on the next free port instead, and one whose port was given fails with Ray's reason."""
+    from mathagent import serving
+    from mathagent.launch import ray_head
+
+    real = serving.free_port
+    offered = iter([52365])
+    monkeypatch.setattr(serving, "free_port", lambda *a, **k: next(offered, None) or real())
+    head = ray_head.start_ray_head(num_cpus=1, object_store_memory=100 * 2**20)
+    try:
+        assert not head.address.endswith(":52365") and head.address
+    finally:
+        head.stop()
+    with pytest.raises(RuntimeError, match="52365"):
+        ray_head.start_ray_head(num_cpus=1, port=52365, object_store_memory=100 * 2**20)
+    assert not ray_head._worth_retrying("ValueError: bad --num-cpus", port_chosen_here=True)
+
+
 # -- train: a train-local config ------------------------------------------------------------------
 
 
