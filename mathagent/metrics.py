@@ -246,3 +246,26 @@ def write_metrics(table: pd.DataFrame, out_dir: str | Path, params: Mapping[str,
     with open(files["metrics_params"], "w") as f:
         json.dump(meta, f, indent=2, default=str)
     return files
+
+
+def difference(per_seed_table: pd.DataFrame, selector: str, other: str,
+               column: str = "eval_final") -> dict[str, float]:
+    """``selector``'s mean of ``column`` over seeds minus ``other``'s, with the standard error
+    of that difference from the spread over seeds (Welch: ``sqrt(s1^2/n1 + s2^2/n2)``, sample
+    standard deviations) and ``z``, the difference in standard errors.
+
+    ``se`` and ``z`` are NaN when either side has fewer than two seeds; ``z`` is infinite when
+    the seeds agree exactly on both sides and the means differ.
+    """
+    for name in (selector, other):
+        if name not in set(per_seed_table["selector"]):
+            raise TableError(f"selector {name!r} is not in the per-seed table; it has "
+                             f"{sorted(set(per_seed_table['selector']))}")
+    a = per_seed_table.loc[per_seed_table["selector"] == selector, column].dropna()
+    b = per_seed_table.loc[per_seed_table["selector"] == other, column].dropna()
+    diff = float(a.mean() - b.mean())
+    if len(a) < 2 or len(b) < 2:
+        return {"diff": diff, "se": np.nan, "z": np.nan}
+    se = float(np.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b)))
+    z = diff / se if se > 0 else (np.inf * np.sign(diff) if diff else 0.0)
+    return {"diff": diff, "se": se, "z": float(z)}

@@ -62,6 +62,7 @@ from mathagent.simulation.knob import (
     TUTORIAL_TARGETS,
     TargetComparison,
     compare_targets,
+    evidence_specs,
     plot_target_comparison,
 )
 from mathagent.simulation.report import (
@@ -121,6 +122,7 @@ __all__ = [
     "check_specs",
     "default_specs",
     "draw_figures",
+    "evidence_specs",
     "expected_signal",
     "compare_targets",
     "heatmap_table",

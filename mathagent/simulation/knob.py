@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from mathagent.simulation.config import SimConfig
-from mathagent.simulation.specs import target_specs
+from mathagent.simulation.specs import UPSTREAM_BOTS, SelectorSpec, target_specs
 from mathagent.simulation.sweep import SweepResult, run_sweep
 
 #: The two targets the tutorial compares: the signal's peak and the reference configs' value.
@@ -69,3 +69,20 @@ def plot_target_comparison(comparison: TargetComparison, title: str | None = Non
     names = list(comparison.table["selector"])
     return plots.plot_panels(steps, KNOB_PANELS, selectors=names,
                              title=title or "the target_reward knob, same world and streams")
+
+
+def evidence_specs(n_rollouts: int = 8, targets: Sequence[float] = (0.5,)) -> list[SelectorSpec]:
+    """The selectors the real runs compared, in the simulated world: ``random``,
+    ``offline_easy2hard``, ``difficulty_based`` with the reference settings
+    (``target_reward`` 0.8, as every real run) and, labelled ``difficulty_based
+    target=<t>``, at each of ``targets``. The verdict of notebook 05 reads their sweep."""
+    base = {**UPSTREAM_BOTS, "m": n_rollouts}
+    specs = [SelectorSpec("random", "random"),
+             SelectorSpec("offline_easy2hard", "offline_easy2hard"),
+             SelectorSpec("difficulty_based", "difficulty_based", base)]
+    for t in targets:
+        if float(t) == base["target_reward"]:
+            continue
+        specs.append(SelectorSpec(f"difficulty_based target={float(t):g}", "difficulty_based",
+                                  {**base, "target_reward": float(t)}, "ablation"))
+    return specs

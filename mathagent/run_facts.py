@@ -1,0 +1,261 @@
+"""The figures the notebooks' results paragraphs cite, computed from committed run folders.
+
+A results paragraph of notebook 04 or 05 interprets; the numbers it quotes come from here,
+printed by the cell above it. Every value is a string in the form the text quotes it
+(:func:`fmt`, ranges ``lo-hi`` from :func:`span`), so a reader can find the paragraph's number
+in the table. What is read:
+
+* tidy per-step tables (:func:`first_last`): per run, the first and last ``window`` training
+  steps' means of rollout accuracy, reply length, truncation and KL, and the held-out accuracy
+  at step 0 and at the last evaluation;
+* a Trinity-RFT results folder (:func:`engine_timing`): ``startup.csv``, ``phase_times.csv``,
+  ``gpu_memory.csv`` and every run's ``train_log_excerpt.txt`` (vLLM's engine initialisation
+  and its torch.compile seconds, as vLLM logs them);
+* a ``train-local`` run's ``samples.jsonl`` (:func:`saved_replies`): the replies it kept of its
+  first and last steps, so a shortcut the numbers suggest can be read.
+
+Bad input is one :class:`~mathagent.results.RunError` naming the file and what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import textwrap
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mathagent.results import RunError
+
+#: Per-step columns :func:`first_last` summarises, with the names its table shows.
+CURVE_COLUMNS = {"rollout_accuracy": "rollout accuracy", "response_length": "reply tokens",
+                 "truncated_ratio": "truncated", "kl_loss": "KL"}
+#: vLLM's line at the end of its engine's initialisation, with the torch.compile share.
+VLLM_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took "
+                       r"(?P<total>[\d.]+) s(?: \(compilation: (?P<compile>[\d.]+) s\))?")
+RUN_NAME = re.compile(r"^(?P<selector>[a-z_]+)_seed(?P<seed>\d+)$")
+
+
+def fmt(value: float) -> str:
+    """A measured value as the text quotes it: two significant digits below 10 (trailing zero
+    kept: ``0.0030``, ``0.90``, ``4.9``), whole numbers from 10 up; ``-`` for NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    value = float(value)
+    if value == 0:
+        return "0"
+    if abs(value) >= 10:
+        return str(int(round(value)))
+    return f"{value:#.2g}".rstrip(".")
+
+
+def span(values: Iterable[float], decimals: int | None = None) -> str:
+    """``"lo-hi"`` of the finite ``values`` (one value when they agree once formatted), each
+    formatted by :func:`fmt` or with ``decimals`` decimals."""
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
+    if v.size == 0:
+        return "-"
+    one = (lambda x: f"{x:.{decimals}f}") if decimals is not None else fmt
+    lo, hi = one(v.min()), one(v.max())
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def _read_csv(file: Path, index_col: int | None = 0) -> pd.DataFrame:
+    if not file.is_file():
+        raise RunError(f"{file}: no such file")
+    return pd.read_csv(file, index_col=index_col)
+
+
+def _row(table: pd.DataFrame, name: str, file: Path) -> pd.Series:
+    hits = [i for i in table.index if str(i).startswith(name)]
+    if not hits:
+        raise RunError(f"{file}: no row {name!r}; rows are {list(table.index)}")
+    return table.loc[hits[0]].astype(float)
+
+
+# --------------------------------------------------------------------------------------
+# Curves: the first and last steps of every run
+# --------------------------------------------------------------------------------------
+
+
+def first_last(table: pd.DataFrame, window: int = 10) -> pd.DataFrame:
+    """Per run (``selector, seed``): steps trained, and for each of :data:`CURVE_COLUMNS`
+    present the mean over the first and the last ``window`` training steps (``ratio``: last
+    over first rollout accuracy), then the held-out accuracy at step 0 and at the run's last
+    evaluation (and which step that was). Values are strings (:func:`fmt`)."""
+    missing = [c for c in ("selector", "seed", "step", "rollout_accuracy", "eval_accuracy")
+               if c not in table]
+    if missing:
+        raise RunError(f"tidy table: missing column(s) {missing}")
+    rows = []
+    for (sel, seed), run in table.groupby(["selector", "seed"], sort=True):
+        train = run[run["step"] > 0]
+        last = int(train["step"].max())
+        head, tail = train[train["step"] <= window], train[train["step"] > last - window]
+        row = {"selector": sel, "seed": seed, "steps": str(last)}
+        for col, name in CURVE_COLUMNS.items():
+            if col in run and train[col].notna().any():
+                row[f"{name}, first {window}"] = fmt(head[col].mean())
+                row[f"{name}, last {window}"] = fmt(tail[col].mean())
+            if col == "rollout_accuracy":
+                row["rollout accuracy, last / first"] = fmt(tail[col].mean() / head[col].mean())
+        evals = run.dropna(subset=["eval_accuracy"]).sort_values("step")
+        if len(evals):
+            first_eval = evals[evals["step"] == 0]["eval_accuracy"]
+            row["held-out, step 0"] = f"{first_eval.iloc[0]:.3f}" if len(first_eval) else "-"
+            row["held-out, last"] = f"{evals['eval_accuracy'].iloc[-1]:.3f}"
+            row["last eval step"] = str(int(evals["step"].iloc[-1]))
+        rows.append(row)
+    return pd.DataFrame(rows).set_index(["selector", "seed"])
+
+
+def eval_means(table: pd.DataFrame, steps: Sequence[int] | None = None) -> pd.DataFrame:
+    """Held-out accuracy per selector (rows) and eval step (columns): the mean over the seeds
+    that have that evaluation, three decimals, and how many seeds that is (``n=``)."""
+    ev = table.dropna(subset=["eval_accuracy"])
+    if steps is not None:
+        ev = ev[ev["step"].isin(steps)]
+    g = ev.groupby(["selector", "step"])["eval_accuracy"]
+    out = (g.mean().map(lambda v: f"{v:.3f}") + " (n=" + g.size().astype(str) + ")")
+    return out.unstack("step").rename_axis(columns="eval step")
+
+
+# --------------------------------------------------------------------------------------
+# A Trinity-RFT results folder: start-up, phases, memory
+# --------------------------------------------------------------------------------------
+
+
+def vllm_init(folder: str | Path) -> pd.DataFrame:
+    """Seconds of vLLM's engine initialisation and of its torch.compile share, per run folder
+    of ``folder`` (from each ``train_log_excerpt.txt``)."""
+    folder = Path(folder)
+    rows = {}
+    for excerpt in sorted(folder.glob("*/train_log_excerpt.txt")):
+        hit = VLLM_INIT.search(excerpt.read_text(errors="replace"))
+        if hit is None:
+            raise RunError(f"{excerpt}: no line 'init engine (profile, create kv cache, "
+                           "warmup model) took ...' of vLLM")
+        rows[excerpt.parent.name] = {
+            "engine init, s": float(hit["total"]),
+            "torch.compile, s": float(hit["compile"]) if hit["compile"] else np.nan}
+    if not rows:
+        raise RunError(f"{folder}: no run folder with a train_log_excerpt.txt")
+    return pd.DataFrame(rows)
+
+
+def pair_peaks(memory: pd.DataFrame) -> pd.Series:
+    """GiB per pair of runs that shared the GPU (same seed): the sum of the two runs' peaks
+    of all their processes, from ``gpu_memory.csv``'s columns ``<selector>_seed<n>``."""
+    row = _row(memory, "run, all processes", Path("gpu_memory.csv"))
+    seeds: dict[str, float] = {}
+    for run, gib in row.items():
+        m = RUN_NAME.match(str(run))
+        if m is None:
+            raise RunError(f"gpu_memory.csv: column {run!r} is not <selector>_seed<n>")
+        seeds[f"seed {m['seed']}"] = seeds.get(f"seed {m['seed']}", 0.0) + float(gib)
+    return pd.Series(seeds)
+
+
+def engine_timing(folder: str | Path) -> pd.Series:
+    """The start-up, step and memory figures of a Trinity-RFT results folder, each the range
+    over its runs: minutes from ``train`` to each milestone, vLLM's initialisation and
+    torch.compile seconds, median seconds of each phase over steps 1+, and peak GPU memory
+    (per role, and a pair's two runs added)."""
+    folder = Path(folder)
+    start_file, phase_file = folder / "startup.csv", folder / "phase_times.csv"
+    memory_file = folder / "gpu_memory.csv"
+    start, phases = _read_csv(start_file), _read_csv(phase_file)
+    memory = _read_csv(memory_file)
+    vllm = vllm_init(folder)
+    runner = _row(start, "first workflow runner ready", start_file)
+    evaluation = _row(start, "step-0 evaluation starts", start_file)
+    facts = {
+        "minutes to the step-0 evaluation": span(evaluation, 1),
+        "minutes to step 1": span(_row(start, "step 1 starts", start_file), 1),
+        "minutes to the trainer's workers": span(_row(start, "trainer workers ready",
+                                                      start_file), 1),
+        "minutes to the vLLM engine": span(_row(start, "vLLM engine ready", start_file), 1),
+        "vLLM engine init, s": span(vllm.loc["engine init, s"], 0),
+        "of which torch.compile, s": span(vllm.loc["torch.compile, s"], 0),
+        "minutes from the first runner to the step-0 evaluation": span(evaluation - runner, 1),
+        "whole step, s": span(_row(phases, "whole step", phase_file), 0),
+        "rollout phase, s": span(_row(phases, "rollout phase", phase_file), 1),
+        "training step, s": span(_row(phases, "training step", phase_file), 1),
+        "weight sync, s": span(_row(phases, "weight sync", phase_file), 1),
+        "evaluation, s": span(_row(phases, "evaluation", phase_file), 1),
+        "vLLM peak, GiB": span(_row(memory, "vLLM", memory_file), 1),
+        "trainer peak, GiB": span(_row(memory, "trainer", memory_file), 0),
+        "a pair's two runs, peaks added, GiB": span(pair_peaks(memory), 0),
+    }
+    return pd.Series(facts, name=folder.name)
+
+
+def whole_step(folder: str | Path) -> str:
+    """The range of the median whole-step seconds of a results folder's runs
+    (``phase_times.csv`` of Trinity runs, ``step_times.csv`` of ``train-local`` runs)."""
+    folder = Path(folder)
+    for name in ("phase_times.csv", "step_times.csv"):
+        if (folder / name).is_file():
+            table = _read_csv(folder / name)
+            return span(_row(table, "whole step", folder / name), 1)
+    raise RunError(f"{folder}: neither phase_times.csv nor step_times.csv")
+
+
+# --------------------------------------------------------------------------------------
+# Saved replies
+# --------------------------------------------------------------------------------------
+
+
+def saved_replies(run: str | Path, steps: int = 2) -> pd.DataFrame:
+    """The replies a run kept (``samples.jsonl``) of its first and last ``steps`` steps:
+    ``step, question, truth, reward, words, response``. A run that keeps none (Trinity's event
+    files hold no text) raises :class:`RunError` saying so."""
+    file = Path(run) / "samples.jsonl"
+    if not file.is_file():
+        raise RunError(f"{Path(run)}: no samples.jsonl (this run kept no replies)")
+    records = []
+    for n, line in enumerate(file.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            records.append({k: rec[k] for k in ("step", "question", "truth", "response",
+                                                "reward")})
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise RunError(f"{file}: line {n} is not a saved reply "
+                           f"({type(exc).__name__}: {exc})") from None
+    if not records:
+        raise RunError(f"{file}: no replies")
+    table = pd.DataFrame(records)
+    kept = sorted(table["step"].unique())
+    chosen = set(kept[:steps]) | set(kept[-steps:])
+    out = table[table["step"].isin(chosen)].copy()
+    out["words"] = out["response"].str.split().str.len()
+    return out[["step", "question", "truth", "reward", "words", "response"]].reset_index(
+        drop=True)
+
+
+def replies_text(replies: pd.DataFrame, width: int = 100, max_chars: int = 240) -> str:
+    """The replies of :func:`saved_replies` as text, one block per step."""
+    lines = []
+    for step, group in replies.groupby("step", sort=True):
+        first = group.iloc[0]
+        lines.append(f"step {step}: {first['question']} (truth {first['truth']})")
+        for _, r in group.iterrows():
+            text = " ".join(str(r["response"]).split())
+            if len(text) > max_chars:
+                text = text[:max_chars] + " ..."
+            body = textwrap.fill(text, width, initial_indent="      ",
+                                 subsequent_indent="      ")
+            lines.append(f"  reward {r['reward']:g}, {r['words']} words:\n{body}")
+    return "\n".join(lines)
+
+
+def runs_keeping_replies(folders: Iterable[str | Path]) -> dict[str, bool]:
+    """Which run folders kept replies (a ``samples.jsonl``), by ``<results folder>/<run>``."""
+    return {f"{Path(f).parent.name}/{Path(f).name}": (Path(f) / "samples.jsonl").is_file()
+            for f in folders}

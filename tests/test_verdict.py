@@ -1,0 +1,140 @@
+"""The verdict table and the facts the results paragraphs cite: computed from tidy tables and
+run folders, with one clear error for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mathagent import metrics, paths, results, run_facts, simulation, verdict
+
+
+def tidy(selector, seed, evals, steps=4, rollout=0.5, length=(100.0, 100.0)):
+    rows = [{"selector": selector, "seed": seed, "step": 0, "rollout_accuracy": np.nan,
+             "eval_accuracy": evals[0], "effective_task_ratio": np.nan}]
+    for s in range(1, steps + 1):
+        rows.append({"selector": selector, "seed": seed, "step": s, "rollout_accuracy": rollout,
+                     "eval_accuracy": evals[1] if s == steps else np.nan,
+                     "effective_task_ratio": 0.5,
+                     "response_length": length[0] if s <= steps // 2 else length[1]})
+    return rows
+
+
+def table_of(*runs):
+    return pd.DataFrame([r for run in runs for r in run])
+
+
+def test_difference_is_welch_over_seeds():
+    ps = pd.DataFrame({"selector": ["a", "a", "a", "b", "b"],
+                       "eval_final": [0.1, 0.2, 0.3, 0.1, 0.1]})
+    d = metrics.difference(ps, "a", "b")
+    assert d["diff"] == pytest.approx(0.1)
+    assert d["se"] == pytest.approx(np.sqrt(0.01 / 3))
+    assert d["z"] == pytest.approx(0.1 / np.sqrt(0.01 / 3))
+    assert np.isnan(metrics.difference(ps.iloc[2:], "a", "b")["se"])  # one seed of a
+    with pytest.raises(metrics.TableError, match="'c'"):
+        metrics.difference(ps, "c", "b")
+
+
+def test_who_won_names_a_clear_winner_and_a_tie():
+    clear = table_of(tidy("random", 0, (0.1, 0.2)), tidy("random", 1, (0.1, 0.22)),
+                     tidy("difficulty_based", 0, (0.1, 0.40)),
+                     tidy("difficulty_based", 1, (0.1, 0.41)))
+    tie = table_of(tidy("random", 0, (0.1, 0.2)), tidy("random", 1, (0.1, 0.3)),
+                   tidy("difficulty_based", 0, (0.1, 0.21)),
+                   tidy("difficulty_based", 1, (0.1, 0.31)))
+    ev = [verdict.Evidence("clear", clear, 4, 2), verdict.Evidence("tie", tie, 8, 8)]
+    won = verdict.who_won(ev).set_index("source")
+    assert won.loc["clear", "best"] == "difficulty_based"
+    assert "clear" in won.loc["clear", "reading"] and "not clear" in won.loc["tie", "reading"]
+    table = verdict.evidence_table(ev)
+    assert list(table.columns) == list(verdict.COLUMNS)
+    assert list(table["selector"]) == ["random", "difficulty_based"] * 2  # baseline first
+    assert table["vs_random"].isna().tolist() == [True, False, True, False]
+    assert set(table["batch"]) == {"4 x 2", "8 x 8"}
+
+
+def test_evidence_table_names_a_source_without_its_baseline():
+    t = table_of(tidy("difficulty_based", 0, (0.1, 0.2)))
+    with pytest.raises(results.RunError, match="'lonely'.*random"):
+        verdict.evidence_table([verdict.Evidence("lonely", t, 1, 1)])
+
+
+def test_shape_comes_from_params_of_either_launcher(tmp_path):
+    assert verdict.shape_of(paths.RESULTS_DIR / "grpo_h200") == (32, 8)
+    assert verdict.shape_of(paths.RESULTS_DIR / "trinity_h200") == (8, 8)
+    (tmp_path / "params.json").write_text(json.dumps({"config": "x.yaml"}))
+    with pytest.raises(results.RunError, match="params.json: neither"):
+        verdict.shape_of(tmp_path)
+    with pytest.raises(results.RunError, match="no params.json"):
+        verdict.shape_of(tmp_path / "empty")
+
+
+def test_evidence_specs_compare_the_reference_target_with_others():
+    labels = [s.label for s in simulation.evidence_specs(8, (0.5, 0.8))]
+    assert labels == ["random", "offline_easy2hard", "difficulty_based",
+                      "difficulty_based target=0.5"]
+    kwargs = {s.label: s.kwargs for s in simulation.evidence_specs(8, (0.5,))}
+    assert kwargs["difficulty_based"]["target_reward"] == 0.8
+    assert kwargs["difficulty_based target=0.5"]["target_reward"] == 0.5
+
+
+@pytest.mark.parametrize("value, text", [(0.003, "0.0030"), (0.902, "0.90"), (4.94, "4.9"),
+                                         (108.4, "108"), (0.0, "0"), (np.nan, "-")])
+def test_fmt_quotes_two_significant_digits(value, text):
+    assert run_facts.fmt(value) == text
+
+
+def test_span_is_a_range_or_one_value():
+    assert run_facts.span([6.48, 7.02, 6.9], 1) == "6.5-7.0"
+    assert run_facts.span([6.5, 6.5]) == "6.5"
+    assert run_facts.span([np.nan]) == "-"
+
+
+def test_first_last_reads_the_ends_of_each_run():
+    t = table_of(tidy("random", 0, (0.01, 0.05), steps=20, length=(120.0, 12.0)))
+    row = run_facts.first_last(t, window=10).loc[("random", 0)]
+    assert row["reply tokens, first 10"] == "120" and row["reply tokens, last 10"] == "12"
+    assert row["held-out, step 0"] == "0.010" and row["held-out, last"] == "0.050"
+    assert row["steps"] == "20" and row["last eval step"] == "20"
+
+
+def test_engine_timing_agrees_with_the_committed_tables():
+    folder = paths.RESULTS_DIR / "trinity_h200"
+    facts = run_facts.engine_timing(folder)
+    memory = pd.read_csv(folder / "gpu_memory.csv", index_col=0)
+    lo, hi = facts["a pair's two runs, peaks added, GiB"].split("-")
+    total = memory.loc["run, all processes (sum at one time)"]
+    pairs = [total[f"random_seed{s}"] + total[f"difficulty_seed{s}"] for s in (0, 1, 2)]
+    assert (float(lo), float(hi)) == (round(min(pairs)), round(max(pairs)))
+    compile_lo, compile_hi = map(float, facts["of which torch.compile, s"].split("-"))
+    init_lo, _ = map(float, facts["vLLM engine init, s"].split("-"))
+    assert 0 < compile_lo <= compile_hi < init_lo
+
+
+def test_engine_timing_names_a_log_without_vllm(tmp_path):
+    run = tmp_path / "random_seed0"
+    run.mkdir()
+    (run / "train_log_excerpt.txt").write_text("nothing here\n")
+    with pytest.raises(results.RunError, match="train_log_excerpt.txt: no line"):
+        run_facts.vllm_init(tmp_path)
+    with pytest.raises(results.RunError, match="startup.csv: no such file"):
+        run_facts.engine_timing(tmp_path)
+
+
+def test_saved_replies_show_first_and_last_steps(tmp_path):
+    run = paths.RESULTS_DIR / "trinity_h200_local" / "difficulty_seed0"
+    replies = run_facts.saved_replies(run, steps=1)
+    steps = sorted(set(replies["step"]))
+    all_steps = sorted({json.loads(x)["step"] for x in
+                        (run / "samples.jsonl").read_text().splitlines()})
+    assert steps == [all_steps[0], all_steps[-1]]
+    assert "step" in run_facts.replies_text(replies)
+    with pytest.raises(results.RunError, match="kept no replies"):
+        run_facts.saved_replies(paths.RESULTS_DIR / "trinity_h200" / "random_seed0")
+    (tmp_path / "samples.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(results.RunError, match="line 1 is not a saved reply"):
+        run_facts.saved_replies(tmp_path)
