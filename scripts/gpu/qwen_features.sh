@@ -91,9 +91,6 @@ start)
   [ -d "$W/hf" ] || python3 -m mathagent export-model "$W/hf" --model "$W/model.gguf" 2>&1 | grep -v "it/s" | tail -1
   log "export took $(( $(date +%s) - t0 )) s"
   setsid bash scripts/gpu/gpu_monitor.sh "$W/gpu" > /dev/null 2>&1 < /dev/null &
-  # flashinfer is not in the bundle (scripts/gpu/bundle-drop.txt): vLLM samples with its own
-  # torch code instead of importing it
-  export VLLM_USE_FLASHINFER_SAMPLER=0
   date +%s > "$W/vllm.t0"
   setsid python3 -m vllm.entrypoints.openai.api_server --model "$W/hf" --served-model-name "$MODEL" \
     --host 127.0.0.1 --port $PORT --dtype bfloat16 --max-model-len 16384 --gpu-memory-utilization $UTIL \
