@@ -45,7 +45,7 @@ fi
 s=\$(date +%s); echo "[\$(date +%H:%M:%S)] notebooks 01-03: start"
 python3 -m pytest -p no:cacheprovider --nbmake --overwrite --durations=0 -v \
   notebooks/01_*.ipynb notebooks/02_*.ipynb notebooks/03_*.ipynb < /dev/null
-echo "[\$(date +%H:%M:%S)] notebooks 01-03: exit \$? after \$(( \$(date +%s) - s )) s"
+rc=\$?; echo "[\$(date +%H:%M:%S)] notebooks 01-03: exit \$rc after \$(( \$(date +%s) - s )) s"
 if [ -f "$QW/measure.pid" ]; then
   while kill -0 \$(cat "$QW/measure.pid") 2>/dev/null; do sleep 5; done
   kill \$(cat "$QW/vllm.pid") 2>/dev/null && echo "[\$(date +%H:%M:%S)] stopped the measurements' vLLM server"
@@ -54,7 +54,7 @@ fi
 s=\$(date +%s); echo "[\$(date +%H:%M:%S)] notebooks 04-05: start"
 python3 -m pytest -p no:cacheprovider --nbmake --overwrite --durations=0 -v \
   notebooks/04_*.ipynb notebooks/05_*.ipynb < /dev/null
-echo "[\$(date +%H:%M:%S)] notebooks 04-05: exit \$? after \$(( \$(date +%s) - s )) s"
+rc=\$?; echo "[\$(date +%H:%M:%S)] notebooks 04-05: exit \$rc after \$(( \$(date +%s) - s )) s"
 echo "all notebooks ended"
 EOF
   setsid bash "$W/notebooks.sh" > "$W/notebooks.log" 2>&1 < /dev/null & echo $! > "$W/notebooks.pid"

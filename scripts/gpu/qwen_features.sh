@@ -112,7 +112,7 @@ echo "$MEASUREMENTS" | while read -r name column split extra; do
   python3 -m mathagent measure-pass-rates --taskset "$W/taskset" --split \$split --column \$column \
     --n $N --base-url $urls --model $MODEL --temperature 1.0 --concurrency $CONCURRENCY \
     --rollouts-dir "$W/side/\$name" --chunk-size $CHUNK --timeout 600 \$extra < /dev/null
-  echo "[\$(date +%H:%M:%S)] \$name: exit \$? after \$(( \$(date +%s) - s )) s"
+  rc=\$?; echo "[\$(date +%H:%M:%S)] \$name: exit \$rc after \$(( \$(date +%s) - s )) s"
 done
 echo "all measurements ended"
 EOF
