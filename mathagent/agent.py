@@ -40,10 +40,12 @@ into a per-task :class:`CallMeter` so the batch runner can report them.
 from __future__ import annotations
 
 import copy
+import json
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agentscope.agent import ReActAgent
@@ -387,6 +389,63 @@ async def run_with_transcript(task: dict, model: Any,
     messages = await agent.memory.get_memory()
     return Transcript(WorkflowOutput(response=reply, metrics=count_tool_use(messages)),
                       list(messages), options.sys_prompt)
+
+
+def read_transcripts(path: str | Path) -> list[dict]:
+    """Recorded conversations (``scripts/gpu/qwen_transcripts.py``), one dict per run: the task,
+    the judge's ``reward`` and ``messages`` as AgentScope wrote them (dicts)."""
+    runs = []
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                runs.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}, line {line_no}: not JSON ({exc.msg})") from None
+    return runs
+
+
+def _blocks(message: dict, kind: str) -> list[dict]:
+    content = message.get("content")
+    return [b for b in content if b.get("type") == kind] if isinstance(content, list) else []
+
+
+def recorded_summary(runs: list[dict]):
+    """One row per recorded run: task, level, reward, tool calls, and how the run ended."""
+    import pandas as pd
+
+    rows = []
+    for run in runs:
+        messages = run.get("messages", [])
+        calls = sum(len(_blocks(m, "tool_use")) for m in messages)
+        last = next((m for m in reversed(messages) if m.get("role") == "assistant"), {})
+        text = " ".join(b.get("text", "") for b in _blocks(last, "text")) or str(
+            last.get("content", ""))
+        rows.append({"task_id": run.get("task_id"), "level": run.get("difficulty"),
+                     "question": run.get("question"), "reward": run.get("reward"),
+                     "tool_calls": calls, "messages": len(messages),
+                     "last_reply": text.strip()[:120], "error": run.get("error")})
+    return pd.DataFrame(rows)
+
+
+def recorded_transcript_table(run: dict, max_chars: int = 300):
+    """A recorded run's conversation as :func:`transcript_table` shows a live one."""
+    import pandas as pd
+
+    rows = [{"turn": 0, "role": "system", "name": "system",
+             "text": run.get("sys_prompt", "")[:max_chars], "tool_calls": ""}]
+    for i, msg in enumerate(run.get("messages", []), 1):
+        calls = [f"{b.get('name')}({b.get('input')})" for b in _blocks(msg, "tool_use")]
+        results = ["".join(o.get("text", "") for o in b.get("output", []))
+                   if isinstance(b.get("output"), list) else str(b.get("output"))
+                   for b in _blocks(msg, "tool_result")]
+        text = (" ".join(b.get("text", "") for b in _blocks(msg, "text"))
+                if isinstance(msg.get("content"), list) else str(msg.get("content", "")))
+        rows.append({"turn": i, "role": msg.get("role"), "name": msg.get("name"),
+                     "text": (text or "\n".join(results))[:max_chars],
+                     "tool_calls": "; ".join(calls)})
+    return pd.DataFrame(rows)
 
 
 def transcript_table(transcript: Transcript):

@@ -11,8 +11,8 @@ in the table. What is read:
 * a Trinity-RFT results folder (:func:`engine_timing`): ``startup.csv``, ``phase_times.csv``,
   ``gpu_memory.csv`` and every run's ``train_log_excerpt.txt`` (vLLM's engine initialisation
   and its torch.compile seconds, as vLLM logs them);
-* a ``train-local`` run's ``samples.jsonl`` (:func:`saved_replies`): the replies it kept of its
-  first and last steps, so a shortcut the numbers suggest can be read.
+* a ``train-local`` run's ``samples.jsonl`` (:func:`saved_replies`, :func:`replies_report`):
+  the replies it kept of its first and last steps, so a shortcut the numbers suggest can be read.
 
 Bad input is one :class:`~mathagent.results.RunError` naming the file and what is missing.
 """
@@ -42,10 +42,15 @@ RUN_NAME = re.compile(r"^(?P<selector>[a-z_]+)_seed(?P<seed>\d+)$")
 
 def fmt(value: float) -> str:
     """A measured value as the text quotes it: two significant digits below 10 (trailing zero
-    kept: ``0.0030``, ``0.90``, ``4.9``), whole numbers from 10 up; ``-`` for NaN."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    kept: ``0.0030``, ``0.90``, ``4.9``), whole numbers from 10 up; ``-`` for NaN (of any
+    float type) and ``inf`` / ``-inf`` for a ratio over zero."""
+    if value is None:
         return "-"
     value = float(value)
+    if math.isnan(value):
+        return "-"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
     if value == 0:
         return "0"
     if abs(value) >= 10:
@@ -102,7 +107,9 @@ def first_last(table: pd.DataFrame, window: int = 10) -> pd.DataFrame:
                 row[f"{name}, first {window}"] = fmt(head[col].mean())
                 row[f"{name}, last {window}"] = fmt(tail[col].mean())
             if col == "rollout_accuracy":
-                row["rollout accuracy, last / first"] = fmt(tail[col].mean() / head[col].mean())
+                with np.errstate(divide="ignore", invalid="ignore"):  # a zero start: inf, "-"
+                    ratio = tail[col].mean() / head[col].mean()
+                row["rollout accuracy, last / first"] = fmt(ratio)
         evals = run.dropna(subset=["eval_accuracy"]).sort_values("step")
         if len(evals):
             first_eval = evals[evals["step"] == 0]["eval_accuracy"]
@@ -259,3 +266,32 @@ def runs_keeping_replies(folders: Iterable[str | Path]) -> dict[str, bool]:
     """Which run folders kept replies (a ``samples.jsonl``), by ``<results folder>/<run>``."""
     return {f"{Path(f).parent.name}/{Path(f).name}": (Path(f) / "samples.jsonl").is_file()
             for f in folders}
+
+
+def run_folders(results_folders: Iterable[str | Path]) -> list[Path]:
+    """The run folders (those with a ``params.json``) of each results folder, sorted."""
+    return sorted(p.parent for folder in results_folders
+                  for p in Path(folder).glob("*_seed*/params.json"))
+
+
+def replies_report(results_folders: Sequence[str | Path], shown: Sequence[str],
+                   steps: int = 2) -> str:
+    """Which runs of ``results_folders`` kept replies and which did not, then the replies of
+    the first and last ``steps`` steps (:func:`replies_text`) of each run named in ``shown``,
+    from the first results folder where that run kept them; a shown run that kept none
+    anywhere is named as such. No run folder at all is a :class:`RunError`."""
+    folders = [Path(f) for f in results_folders]
+    runs = run_folders(folders)
+    if not runs:
+        raise RunError(f"no run folders under {', '.join(map(str, folders))}")
+    kept = runs_keeping_replies(runs)
+    lines = [f"kept replies: {', '.join(r for r, yes in kept.items() if yes) or 'none'}",
+             f"no replies:   {', '.join(r for r, yes in kept.items() if not yes) or 'none'}"]
+    for name in shown:
+        where = next((f for f in folders if kept.get(f"{f.name}/{name}")), None)
+        if where is None:
+            lines.append(f"\n{name}: no saved replies in {', '.join(f.name for f in folders)}")
+            continue
+        lines.append(f"\n{'=' * 20} {where.name}/{name} {'=' * 20}")
+        lines.append(replies_text(saved_replies(where / name, steps)))
+    return "\n".join(lines)

@@ -7,8 +7,8 @@ package's own GRPO trainer (``train-local``) and Trinity-RFT itself. They differ
 :mod:`mathagent.metrics` within its own common budget:
 
 * ``rollout_accuracy``, ``etr``: means over the training steps and seeds;
-* ``eval_final``: held-out accuracy at the last evaluation every seed reached (``eval_step``),
-  mean over seeds; ``vs_random``: its difference from the baseline's, ``se`` the standard error
+* ``eval_final``: held-out accuracy at each seed's last evaluation within the budget, mean over
+  seeds; ``eval_step`` is the earliest of those last evaluations, the step every seed reached; ``vs_random``: its difference from the baseline's, ``se`` the standard error
   of that difference from the spread over seeds (:func:`mathagent.metrics.difference`), ``z``
   the difference in standard errors;
 * ``ttb``, ``ttb_reached``, ``bsf``: time to the baseline's best and best-so-far ratio.
@@ -16,12 +16,17 @@ package's own GRPO trainer (``train-local``) and Trinity-RFT itself. They differ
 :func:`who_won` reads that table per source: the selector with the best ``eval_final``, its
 margin over the runner-up and ``difficulty_based``'s over ``random``, each in standard errors,
 and whether a margin is clear (at least :data:`CLEAR` standard errors) or not.
+:func:`gather` collects the sources, :func:`report` prints both tables.
+
+Every standard error here is the seeds' (the spread of a selector's final held-out accuracy
+over its seeds), not the evaluation's sampling noise (a binomial over the eval set's tasks):
+with few seeds the two differ, and only the former includes how much a run depends on its seed.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from mathagent import metrics
-from mathagent.results import RunError, load_runs
+from mathagent.results import RunError, has_runs, load_runs
 
 #: A margin of at least this many standard errors counts as clear.
 CLEAR = 2.0
@@ -85,6 +90,13 @@ def from_runs(source: str, folder: str | Path) -> Evidence:
     return Evidence(source, load_runs([folder], progress=False), tasks, replies)
 
 
+def gather(runs: Mapping[str, str | Path], *first: Evidence) -> list[Evidence]:
+    """``first`` (a simulated sweep, say), then each results folder of ``runs`` (source name
+    to folder) that holds runs, read by :func:`from_runs`; folders without runs are left out."""
+    return [*first, *(from_runs(name, folder) for name, folder in runs.items()
+                      if has_runs(folder))]
+
+
 def evidence_table(evidence: Sequence[Evidence], baseline: str = BASELINE) -> pd.DataFrame:
     """One row per source and selector with :data:`COLUMNS` (see the module docstring)."""
     if not evidence:
@@ -98,7 +110,8 @@ def evidence_table(evidence: Sequence[Evidence], baseline: str = BASELINE) -> pd
         except (metrics.TableError, ValueError) as exc:
             raise RunError(f"source {ev.source!r}: {exc}") from None
         evals = ev.table.dropna(subset=["eval_accuracy"])
-        eval_step = int(evals.loc[evals["step"] <= budget, "step"].max())
+        evals = evals[evals["step"] <= budget]
+        eval_step = int(evals.groupby(["selector", "seed"])["step"].max().min())
         for _, s in summary.iterrows():
             d = (metrics.difference(ps, s["selector"], baseline) if s["selector"] != baseline
                  else {"diff": np.nan, "se": np.nan, "z": np.nan})
@@ -152,6 +165,14 @@ def who_won(evidence: Sequence[Evidence], baseline: str = BASELINE,
             row["reading"] = _reading(studied, baseline, z)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def report(evidence: Sequence[Evidence], baseline: str = BASELINE) -> str:
+    """:func:`evidence_table` and :func:`who_won` as text, rounded (:func:`rounded`)."""
+    with pd.option_context("display.width", 250, "display.max_columns", 30):
+        return "\n\n".join(rounded(t).to_string(index=False)
+                             for t in (evidence_table(evidence, baseline),
+                                       who_won(evidence, baseline)))
 
 
 def rounded(table: pd.DataFrame, decimals: int = 3) -> pd.DataFrame:

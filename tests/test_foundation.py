@@ -121,3 +121,17 @@ def test_unknown_command_is_rejected():
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "invalid choice" in proc.stderr
+
+
+def test_notebook_04_gives_a_trinity_run_the_time_it_needs():
+    """nbmake stops a cell after 300 s unless the notebook says otherwise; notebook 04's smoke
+    cell is a real Trinity-RFT run on a GPU (about 8 minutes on an H200, 7 of them start-up;
+    the 300 s default stopped it there), and the tutorial runner allows 30 minutes a cell."""
+    import inspect
+    import json
+
+    from mathagent import tutorial
+
+    nb = json.loads((paths.NOTEBOOKS_DIR / "04_training_launch.ipynb").read_text())
+    runner = inspect.signature(tutorial.run_notebook).parameters["timeout"].default
+    assert nb["metadata"]["execution"]["timeout"] == runner >= 1800

@@ -69,3 +69,33 @@ def test_wait_collects_finished_and_running_runs(tmp_path):
     with tarfile.open(out / "local.tgz") as tar:
         metrics = tar.extractfile("local/work/random-s1/metrics.csv").read().decode()
     assert metrics.splitlines()[-1] == "2,0.2"  # packed as it stands, mid-run
+
+
+NOTEBOOKS_SCRIPT = paths.REPO_ROOT / "scripts" / "gpu" / "notebooks.sh"
+
+
+def test_notebooks_collect_packs_executed_notebooks_and_logs_not_checkpoints(tmp_path):
+    """``notebooks.sh collect``: the executed notebooks, the log and the smoke run's log and
+    event files come back; the run's model weights do not (they cannot leave the machine)."""
+    w, out = tmp_path / "w", tmp_path / "out"
+    (w / "proj" / "notebooks").mkdir(parents=True)
+    (w / "proj" / "notebooks" / "04_training_launch.ipynb").write_text('{"cells": []}')
+    smoke = w / "proj" / "runs" / "tutorial" / "smoke" / "config_difficulty_arithmetic"
+    events = smoke / "checkpoints" / "job" / "monitor" / "tensorboard"
+    events.mkdir(parents=True)
+    (events / "events.out.tfevents.1").write_text("ev")
+    (smoke / "train.log").write_text("Training at step 2 finished\n")
+    weights = smoke / "checkpoints" / "job" / "global_step_2" / "actor"
+    weights.mkdir(parents=True)
+    (weights / "model.safetensors").write_text("w")
+    (w / "notebooks.log").write_text("notebooks 04-05: exit 0 after 500 s\n")
+    env = {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b")}
+    done = subprocess.run(["bash", str(NOTEBOOKS_SCRIPT), "collect"], env=env,
+                          capture_output=True, text=True, timeout=hang_bound(60))
+    assert done.returncode == 0, done.stdout + done.stderr
+    with tarfile.open(out / "notebooks_h200.tgz") as tar:
+        names = set(tar.getnames())
+    run = "proj/runs/tutorial/smoke/config_difficulty_arithmetic"
+    assert {"notebooks.log", "proj/notebooks/04_training_launch.ipynb", f"{run}/train.log",
+            f"{run}/checkpoints/job/monitor/tensorboard/events.out.tfevents.1"} <= names
+    assert not any("global_step" in n or n.endswith(".safetensors") for n in names)

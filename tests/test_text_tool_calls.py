@@ -1,7 +1,8 @@
 """Tool calls written as text (mathagent.text_tool_calls), with the real agent and sandbox.
 
 The replies below are the shapes Qwen2.5-Coder-0.5B-Instruct wrote on one H200 when given
-the agent's tools (results/qwen_features/transcripts.jsonl)."""
+the agent's tools (results/qwen_features/transcripts_upstream_agent.jsonl and
+transcripts_python_tool.jsonl)."""
 
 from __future__ import annotations
 

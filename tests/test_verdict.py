@@ -57,10 +57,37 @@ def test_who_won_names_a_clear_winner_and_a_tie():
     assert set(table["batch"]) == {"4 x 2", "8 x 8"}
 
 
+def test_eval_step_is_the_last_evaluation_every_seed_reached():
+    t = table_of(tidy("random", 0, (0.1, 0.2), steps=6), tidy("random", 1, (0.1, 0.3), steps=6),
+                 tidy("difficulty_based", 0, (0.1, 0.4), steps=6),
+                 tidy("difficulty_based", 1, (0.1, 0.5), steps=6))
+    t.loc[(t["step"] == 3) & (t["seed"] == 1), "eval_accuracy"] = 0.25
+    assert set(verdict.evidence_table([verdict.Evidence("x", t, 1, 1)])["eval_step"]) == {6}
+    t.loc[(t["step"] == 6) & (t["seed"] == 1) & (t["selector"] == "random"),
+          "eval_accuracy"] = float("nan")
+    assert set(verdict.evidence_table([verdict.Evidence("x", t, 1, 1)])["eval_step"]) == {3}
+
+
 def test_evidence_table_names_a_source_without_its_baseline():
     t = table_of(tidy("difficulty_based", 0, (0.1, 0.2)))
     with pytest.raises(results.RunError, match="'lonely'.*random"):
         verdict.evidence_table([verdict.Evidence("lonely", t, 1, 1)])
+
+
+def test_gather_reads_the_folders_with_runs_and_report_prints_both_tables(tmp_path):
+    sim = table_of(tidy("random", 0, (0.1, 0.2)), tidy("random", 1, (0.1, 0.22)),
+                   tidy("difficulty_based", 0, (0.1, 0.40)),
+                   tidy("difficulty_based", 1, (0.1, 0.41)))
+    first = verdict.Evidence("made up", sim, 4, 2)
+    ev = verdict.gather({"Trinity-RFT": paths.RESULTS_DIR / "trinity_h200",
+                         "nothing": tmp_path}, first)
+    assert [e.source for e in ev] == ["made up", "Trinity-RFT"]
+    assert (ev[1].tasks, ev[1].replies) == (8, 8)
+    text = verdict.report(ev)
+    table, won = text.split("\n\n")
+    assert table.split("\n")[0].split() == list(verdict.COLUMNS)
+    assert len(table.split("\n")) == 1 + 4 and len(won.split("\n")) == 1 + 2
+    assert "ahead of random by" in won and "not clear" in won
 
 
 def test_shape_comes_from_params_of_either_launcher(tmp_path):
@@ -83,7 +110,9 @@ def test_evidence_specs_compare_the_reference_target_with_others():
 
 
 @pytest.mark.parametrize("value, text", [(0.003, "0.0030"), (0.902, "0.90"), (4.94, "4.9"),
-                                         (108.4, "108"), (0.0, "0"), (np.nan, "-")])
+                                         (108.4, "108"), (0.0, "0"), (np.nan, "-"),
+                                         (np.float32("nan"), "-"), (np.inf, "inf"),
+                                         (-np.inf, "-inf")])
 def test_fmt_quotes_two_significant_digits(value, text):
     assert run_facts.fmt(value) == text
 
@@ -123,6 +152,27 @@ def test_engine_timing_names_a_log_without_vllm(tmp_path):
         run_facts.vllm_init(tmp_path)
     with pytest.raises(results.RunError, match="startup.csv: no such file"):
         run_facts.engine_timing(tmp_path)
+
+
+def test_first_last_ratio_over_a_zero_start_is_inf():
+    t = table_of(tidy("random", 0, (0.0, 0.05), steps=20, rollout=0.0))
+    t.loc[t["step"] > 10, "rollout_accuracy"] = 0.2
+    row = run_facts.first_last(t, window=10).loc[("random", 0)]
+    assert row["rollout accuracy, last / first"] == "inf"
+
+
+def test_replies_report_names_runs_with_and_without_replies(tmp_path):
+    local, engine = paths.RESULTS_DIR / "trinity_h200_local", paths.RESULTS_DIR / "trinity_h200"
+    text = run_facts.replies_report([local, engine], ["difficulty_seed0", "bogus_seed9"], 1)
+    kept, missing = text.split("\n")[:2]
+    assert "trinity_h200_local/difficulty_seed0" in kept and "trinity_h200/" not in kept
+    assert "trinity_h200/random_seed0" in missing
+    assert "== trinity_h200_local/difficulty_seed0 ==" in text
+    assert text.count("\nstep ") == 2  # first and last step, one each
+    assert "bogus_seed9: no saved replies in trinity_h200_local, trinity_h200" in text
+    assert run_facts.run_folders([tmp_path]) == []
+    with pytest.raises(results.RunError, match="no run folders"):
+        run_facts.replies_report([tmp_path], ["x"])
 
 
 def test_saved_replies_show_first_and_last_steps(tmp_path):

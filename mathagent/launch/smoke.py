@@ -56,7 +56,10 @@ class SmokePlan:
 
     def with_ray(self, address: str) -> SmokePlan:
         """The same run on the Ray head at ``address``."""
-        return replace(self, command=[*self.command, f"cluster.ray_address={address}"])
+        # a setting goes before the options (`train` takes its KEY=VALUE settings first)
+        at = self.command.index("--compare")
+        return replace(self, command=[*self.command[:at], f"cluster.ray_address={address}",
+                                      *self.command[at:]])
 
     def dry_run(self) -> list[str]:
         """The command's preflight alone (``--dry-run``; no GPU needed)."""

@@ -23,7 +23,11 @@ xz -T0 -dc site.tar.xz | tar -xf - && rm site.tar.xz
 for f in site/bin/*; do
   head -c2 "$f" | grep -q '#!' && sed -i '1s|^#!.*python.*$|#!/usr/bin/env python3|' "$f"
 done
+# flashinfer is not in the bundle (bundle-drop.txt): vLLM samples with its own torch code
+# instead of importing it (a vLLM server started without this dies with "No module named
+# 'flashinfer'" once it samples: notebook 02's did)
 cat > env.sh <<ENV
 export PYTHONPATH="$DEST/site\${PYTHONPATH:+:\$PYTHONPATH}" PATH="$DEST/site/bin:\$PATH"
+export VLLM_USE_FLASHINFER_SAMPLER=0
 ENV
 echo "install_bundle.sh: $(wc -l < PINS.txt) packages in $DEST/site in $(( $(date +%s) - t0 )) s; source $DEST/env.sh"

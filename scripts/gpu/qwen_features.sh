@@ -43,6 +43,7 @@ WORKERS=${WORKERS:-12}    # Ray workers, each with CONCURRENCY agent runs in fli
 CONCURRENCY=${CONCURRENCY:-48}
 CHUNK=${CHUNK:-16}        # tasks a worker takes at a time (the unit the side table records)
 N=${N:-8}
+UTIL=${UTIL:-0.85}        # vLLM's share of the GPU memory (0.6 leaves room for notebooks.sh beside)
 TRANSCRIPTS=${TRANSCRIPTS:-1}  # 0: skip the whole conversations (qwen_transcripts.py) before measuring
 ONLY=${ONLY:-}            # names of MEASUREMENTS to run (default: all of them, in order)
 # name column split extra-flags, measured in this order (the held-out split first: the
@@ -90,12 +91,9 @@ start)
   [ -d "$W/hf" ] || python3 -m mathagent export-model "$W/hf" --model "$W/model.gguf" 2>&1 | grep -v "it/s" | tail -1
   log "export took $(( $(date +%s) - t0 )) s"
   setsid bash scripts/gpu/gpu_monitor.sh "$W/gpu" > /dev/null 2>&1 < /dev/null &
-  # flashinfer is not in the bundle (scripts/gpu/bundle-drop.txt): vLLM samples with its own
-  # torch code instead of importing it
-  export VLLM_USE_FLASHINFER_SAMPLER=0
   date +%s > "$W/vllm.t0"
   setsid python3 -m vllm.entrypoints.openai.api_server --model "$W/hf" --served-model-name "$MODEL" \
-    --host 127.0.0.1 --port $PORT --dtype bfloat16 --max-model-len 16384 --gpu-memory-utilization 0.85 \
+    --host 127.0.0.1 --port $PORT --dtype bfloat16 --max-model-len 16384 --gpu-memory-utilization $UTIL \
     --max-num-seqs 512 --enable-auto-tool-choice --tool-call-parser hermes \
     > "$W/vllm.log" 2>&1 < /dev/null & echo $! > "$W/vllm.pid"
   cp -r "$TASKSET" "$W/taskset"
@@ -114,7 +112,7 @@ echo "$MEASUREMENTS" | while read -r name column split extra; do
   python3 -m mathagent measure-pass-rates --taskset "$W/taskset" --split \$split --column \$column \
     --n $N --base-url $urls --model $MODEL --temperature 1.0 --concurrency $CONCURRENCY \
     --rollouts-dir "$W/side/\$name" --chunk-size $CHUNK --timeout 600 \$extra < /dev/null
-  echo "[\$(date +%H:%M:%S)] \$name: exit \$? after \$(( \$(date +%s) - s )) s"
+  rc=\$?; echo "[\$(date +%H:%M:%S)] \$name: exit \$rc after \$(( \$(date +%s) - s )) s"
 done
 echo "all measurements ended"
 EOF

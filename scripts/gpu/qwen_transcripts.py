@@ -7,7 +7,7 @@ and the judge's verdict, one JSON object per run:
 
     python scripts/gpu/qwen_transcripts.py --base-url URL --model NAME --out FILE.jsonl
 
-Notebook 02 reads such a file (results/qwen_features/transcripts.jsonl) to show a run where
+Notebook 02 reads such a file (results/qwen_features/transcripts_python_tool.jsonl) to show a run where
 the agent called the tool and used its result.
 """
 

@@ -21,6 +21,8 @@ def test_nb04_preflight_without_operator_names_the_setting(tmp_path):
     assert len(problems) == 1
     assert problems[0].startswith("data_processor.experience_pipeline.operators")
     assert "pass_rate_calculator" in problems[0] and "\n" not in problems[0]
+    # random ignores feedback, so the same config without the operator passes
+    assert nb04.preflight_without_operator(tmp_path / "random", "config_random.yaml") == []
 
 
 @pytest.mark.parametrize("run", ["difficulty_seed0", "random_seed1"])

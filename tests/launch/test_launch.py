@@ -100,7 +100,8 @@ PAIRS = [("config_random.yaml", "config_difficulty.yaml"),
          ("config_random_1gpu.yaml", "config_difficulty_1gpu.yaml"),
          ("config_random_arithmetic.yaml", "config_difficulty_arithmetic.yaml"),
          ("config_random_arithmetic.yaml", "config_bots_arithmetic.yaml"),
-         ("config_random_x8_arithmetic.yaml", "config_difficulty_x8_arithmetic.yaml")]
+         ("config_random_x8_arithmetic.yaml", "config_difficulty_x8_arithmetic.yaml"),
+         ("config_random_qwen.yaml", "config_difficulty_qwen.yaml")]
 
 
 def test_the_expected_configs_exist():
@@ -127,6 +128,9 @@ def test_every_config_loads_through_trinity(name, tmp_path):
     assert plan.workflow_func.__module__ == "mathagent.agent"
     # the upstream judge, except on the bundled model, which needs the lenient one for signal
     expected = "lenient_judge" if "arithmetic" in name else "gsm8k_judge"
+    if "qwen" in name:  # the Qwen policy's agent is offered no tools (its measured setting)
+        assert plan.settings["agent"]["meta_tool"] is False
+        assert plan.settings["agent"]["python_tool"] is False
     assert plan.judge == expected and plan.judge_func.__name__ == expected
     assert taskset.workflow_args["judge_func"] is plan.judge_func
     # dataset paths are absolute, under the repository
@@ -533,6 +537,29 @@ def test_dry_run_passes_for_small_variants(name, ray_head, data, capsys):
         assert "resolves to mathagent.selectors.BOTSSelector" in out
         assert "resolves to mathagent.selectors.RolloutPassRateCalculator" in out
         assert "Difference from config_random_arithmetic.yaml" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["config_random_qwen.yaml", "config_difficulty_qwen.yaml"])
+def test_dry_run_passes_for_the_qwen_configs(name, ray_head, tmp_path, monkeypatch, capsys):
+    """The Qwen policy's pair on the committed Qwen taskset (its two measured feature columns)
+    and the agent offered no tools, in both tasksets Trinity is given."""
+    head, _ = ray_head
+    model = tmp_path / "qwen"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "qwen2"}')
+    monkeypatch.setenv("TRINITY_MODEL_PATH", str(model))
+    rc, out, _ = train(["--config", str(CONFIGS / name), "--dry-run",
+                        f"cluster.ray_address={head.address}"], capsys)
+    assert rc == 0, out
+    assert "Trinity's Config.check_and_update() passes" in out
+    assert f"ok    model {model}: local Hugging Face folder" in out
+    if "difficulty" in name:
+        assert ("4400 tasks, feature columns ['qwen_short_pass_rate', 'qwen_bare_pass_rate'] "
+                "complete and in [0, 1]") in out
+    resolved = out.split("Resolved config")[1].split("Difference from")[0]
+    assert resolved.count("meta_tool: false") == 2  # the training and the eval taskset
+    assert "judge_func: mathagent.judge.gsm8k_judge" in resolved
 
 
 @pytest.mark.slow

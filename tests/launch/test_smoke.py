@@ -11,7 +11,7 @@ import pytest
 from bounds import hang_bound
 from launch_env import isolate
 
-from mathagent import launch, paths
+from mathagent import cli, launch, paths
 from mathagent.launch import smoke
 
 CONFIG = paths.CONFIGS_DIR / "config_difficulty_arithmetic.yaml"
@@ -41,7 +41,11 @@ def test_the_command_is_train_with_few_steps_evaluation_and_seeds(tmp_path):
     assert plan.log == tmp_path / "w" / "train.log"
     assert plan.prepare[-2:] == ["export-model", str(tmp_path / "m")]
     assert plan.dry_run() == [*plan.command, "--dry-run"]
-    assert plan.with_ray("1.2.3.4:5").command[-1] == "cluster.ray_address=1.2.3.4:5"
+    # the Ray head's address is a setting `train` accepts (settings come before the options)
+    on_ray = plan.with_ray("1.2.3.4:5").command
+    args = cli.build_parser("train").parse_args(on_ray[3:])
+    assert args.overrides[-1] == "cluster.ray_address=1.2.3.4:5"
+    assert args.compare == "none"
     assert plan.shell().startswith(f"TRINITY_MODEL_PATH={tmp_path / 'm'} ")
     assert not (tmp_path / "w").exists()  # building the plan writes nothing
 
