@@ -34,9 +34,12 @@ def test_top_level_layout():
     for name in ["notebooks", "mathagent", "data", "configs", "tests", "benchmarks",
                  "environment.yml", "README.md", "pyproject.toml", ".ci/run", ".gitignore"]:
         assert (ROOT / name).exists(), f"missing top-level {name}"
-    ignored = (ROOT / ".gitignore").read_text().split()
-    for pattern in ["runs/", "checkpoints/", ".ipynb_checkpoints/", ".venv/"]:
-        assert pattern in ignored, f".gitignore lacks {pattern}"
+    # what git must never pick up; `.venv` also as a link (a second checkout sharing this one's
+    # environment), which a `.venv/` pattern would not cover
+    for path in ["runs/a", "checkpoints/a", "notebooks/.ipynb_checkpoints/a", ".venv",
+                 ".venv/bin/python", "data/arithmetic_qwen/.write.lock"]:
+        ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT)
+        assert ignored.returncode == 0, f".gitignore does not cover {path}"
 
 
 def test_lock_pins_every_package_exactly_and_satisfies_the_top_level_file():
