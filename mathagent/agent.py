@@ -40,7 +40,6 @@ into a per-task :class:`CallMeter` so the batch runner can report them.
 from __future__ import annotations
 
 import copy
-import json
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -55,6 +54,7 @@ from agentscope.model import OpenAIChatModel
 from agentscope.tool import Toolkit
 from agentscope.tuner import WorkflowOutput
 
+from mathagent.outputs import parse_jsonl
 from mathagent.sandbox import ERROR_MARKER, SandboxLimits, python_tool
 from mathagent.serving import ModelSettings
 from mathagent.text_tool_calls import TextToolCalls
@@ -394,16 +394,7 @@ async def run_with_transcript(task: dict, model: Any,
 def read_transcripts(path: str | Path) -> list[dict]:
     """Recorded conversations (``scripts/gpu/qwen_transcripts.py``), one dict per run: the task,
     the judge's ``reward`` and ``messages`` as AgentScope wrote them (dicts)."""
-    runs = []
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                runs.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}, line {line_no}: not JSON ({exc.msg})") from None
-    return runs
+    return parse_jsonl(Path(path).read_text(encoding="utf-8"), path)
 
 
 def _blocks(message: dict, kind: str) -> list[dict]:

@@ -9,6 +9,7 @@ renames, so a failure or a kill midway leaves the old folder as it was).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -23,6 +24,20 @@ class OutputError(ValueError):
 
     The message is one line naming the folder; a failed write leaves the folder as it was.
     """
+
+
+def parse_jsonl(text: str, source: object, error: type[Exception] = ValueError) -> list:
+    """The records of JSON Lines ``text`` (blank lines skipped); a line that is not JSON raises
+    ``error`` naming ``source`` and the line."""
+    records = []
+    for line_no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise error(f"{source}: line {line_no}: not valid JSON ({exc.msg})") from None
+    return records
 
 
 def one_line(exc: BaseException, limit: int = 200) -> str:

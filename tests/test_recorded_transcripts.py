@@ -56,7 +56,7 @@ def test_a_runs_turns_show_the_call_and_what_the_tool_returned():
 def test_a_line_that_is_not_json_is_named(tmp_path):
     file = tmp_path / "t.jsonl"
     file.write_text(json.dumps(PLAIN) + "\n{not json\n")
-    with pytest.raises(ValueError, match=r"t\.jsonl, line 2: not JSON"):
+    with pytest.raises(ValueError, match=r"t\.jsonl: line 2: not valid JSON"):
         agent.read_transcripts(file)
 
 

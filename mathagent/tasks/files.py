@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mathagent.outputs import one_line
+from mathagent.outputs import one_line, parse_jsonl
 from mathagent.tasks.schema import TasksetError
 
 
@@ -111,14 +111,7 @@ def read_raw_table(path: str | Path, columns: Sequence[str] | None = None) -> pa
                 raise TasksetError(f"{path}: line {exc.lineno}, column {exc.colno}: not valid "
                                    f"JSON ({exc.msg})") from exc
         else:
-            rows = []
-            for lineno, line in enumerate(text.splitlines(), 1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise TasksetError(f"{path}: line {lineno}: not valid JSON ({exc.msg})") from exc
+            rows = parse_jsonl(text, path, TasksetError)
         if not rows:
             raise TasksetError(f"{path}: no rows")
         table = _table_from_rows(rows, path)
