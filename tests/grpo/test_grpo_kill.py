@@ -9,9 +9,11 @@ kill in another part of a run (:data:`PHASES`), at a random instant within it:
    the first step, the first save, whatever this machine's speed;
 2. **logged, not saved**: at once after the run logged a new step, before that step's
    checkpoint is written (samples and metrics then run ahead of the checkpoint);
-3. **saving**: while a checkpoint is being written (``checkpoint.tmp`` present);
+3. **saving**: while a checkpoint is being written (``checkpoint.tmp`` present), within the
+   first half of the shortest time a checkpoint of the uninterrupted run stayed half-written;
 4. **mid-step**: a random instant in the step after a checkpoint was installed (selection,
-   generation, the update, the evaluation).
+   generation, the update, the evaluation), within the first half of the shortest time the
+   uninterrupted run took from an installed checkpoint to its next save.
 
 Each kill must land in a running process and in its part (checked after it: the metrics
 ahead of the checkpoint, a half-written ``checkpoint.tmp``, no newer checkpoint).
@@ -22,13 +24,30 @@ weights. The run is deterministic: the sampler, the evaluation and the selector 
 and the checkpoint holds their complete state. A kill at every single file operation of a
 save and of a resume is covered, with a stand-in model, by ``test_grpo_checkpoint.py``.
 
+The model is not the bundled SmolLM2-135M, whose 1.6 GB checkpoints made a run of this
+module take about 11 minutes, but a small random Llama written by the :func:`config`
+fixture: the bundled model's tokenizer and chat template, hidden size 256, two layers,
+27M parameters (most of them the untied input and output embeddings of the 49,152-token
+vocabulary). Its checkpoint (weights and AdamW moments) is about 320 MB and takes about
+0.5 to 1 s to write on a two-core machine, long enough to be killed half-written; a step
+takes about a second. Its embeddings and output layer are set so that it replies like a
+weak model, a digit and then mostly the end of the reply, and it trains on the bundled
+taskset's tasks whose answer is one digit: some groups of replies are partly right, so the
+updates move the weights and fill the optimiser state that the resumed run must restore
+(the uninterrupted run is checked to have trained in several steps). A run on the real
+model that stops after a step logged but not saved and resumes to the uninterrupted run is
+``test_resumed_run_equals_the_uninterrupted_one`` in ``test_grpo.py`` (with both
+feedback selectors), and ``test_cpu_smoke_trains_feeds_back_logs_and_resumes`` there
+resumes the real model's checkpoint into fresh weights.
+
 One kill schedule runs by default (seed 0); ``MATHAGENT_KILL_SEEDS=0,1,2`` runs three, each
 drawing other instants within the same four parts.
 
 No wait depends on the machine's speed: each waits for the run itself (a logged step, a
 checkpoint, the process's exit) and fails only when the run stops making progress (its
 folder and log unchanged) for ``STALL_S`` seconds (scaled by
-``MATHAGENT_TEST_TIMEOUT_SCALE``), however long the whole run takes.
+``MATHAGENT_TEST_TIMEOUT_SCALE``), however long the whole run takes; the kill delays of the
+saving and mid-step parts are fractions of durations measured in the uninterrupted run.
 """
 
 from __future__ import annotations
@@ -49,7 +68,8 @@ import torch
 import yaml
 from bounds import finish, hang_bound, wait_for
 
-from mathagent import grpo, paths
+from mathagent import grpo, models, paths
+from mathagent.judge import truth_from_answer
 
 STEPS = 5
 PHASES = ("start-up", "logged, not saved", "saving", "mid-step")
@@ -57,16 +77,68 @@ KILL_SEEDS = [int(s) for s in os.environ.get("MATHAGENT_KILL_SEEDS", "0").split(
 #: A run that changes nothing in its folder or log for this long is hung: loading the model
 #: or one step takes well under a minute on a loaded two-core machine.
 STALL_S = 600
+#: How often the waits that time a kill or measure a save look at the run folder.
+POLL_S = 0.01
+HIDDEN = 256  # the small model's hidden size: its checkpoint is about 320 MB
 
 
-def _config(folder: Path) -> Path:
-    """The smoke config, with every completion written to samples.jsonl."""
+def _write_model(folder: Path) -> None:
+    """A random Llama with the bundled model's tokenizer that replies like a weak model.
+
+    Feature 0 of the embedding is 1 for every token but the digits, and the output layer
+    reads it as "a digit next"; feature 1 is 1 for the digits, read (less strongly) as
+    "the end of the reply next". So a reply is a digit, mostly followed by its end, now and
+    then by other tokens and digits; the random weights decide which digit is likelier.
+    """
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    gguf = models.model_file()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    digits = tokenizer.convert_tokens_to_ids(list("0123456789"))
+    end = tokenizer.eos_token_id
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
+        num_hidden_layers=2, num_attention_heads=4, tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=end,
+        pad_token_id=tokenizer.pad_token_id))
+    with torch.no_grad():
+        embed = model.get_input_embeddings().weight
+        head = model.get_output_embeddings().weight
+        embed[:, 0] = 1.0
+        embed[digits, 0] = 0.0
+        embed[digits, 1] = 1.0
+        head[digits, 0] = 4.0 + 0.1 * torch.randn(len(digits))
+        head[end, 1] = 1.5
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def _write_taskset(folder: Path, source: Path) -> None:
+    """The tasks of the taskset ``source`` whose answer is one digit, features included."""
+    folder.mkdir()
+    for split in ("train", "test"):
+        table = pd.read_parquet(source / f"{split}.parquet")
+        one_digit = table["answer"].map(truth_from_answer).str.fullmatch(r"\d")
+        table[one_digit].to_parquet(folder / f"{split}.parquet", index=False)
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory):
+    """The smoke config on the small model and the one-digit tasks, every completion
+    written to samples.jsonl."""
+    folder = tmp_path_factory.mktemp("setup")
     raw = yaml.safe_load(grpo.SMOKE_CONFIG.read_text())
+    _write_model(folder / "model")
+    _write_taskset(folder / "taskset", paths.REPO_ROOT / raw["taskset"]["path"])
+    raw["model"]["path"] = str(folder / "model")
+    raw["taskset"]["path"] = str(folder / "taskset")
     raw["trainer"]["samples_per_step"] = raw["rollout"]["batch_size"] * \
         raw["rollout"]["repeat_times"]
-    path = folder / "smoke_all_samples.yaml"
+    path = folder / "smoke_small_model.yaml"
     path.write_text(yaml.safe_dump(raw))
-    return path
+    yield path
+    shutil.rmtree(folder)
 
 
 def _command(config: Path, out: Path, resume: bool) -> list[str]:
@@ -76,7 +148,9 @@ def _command(config: Path, out: Path, resume: bool) -> list[str]:
 
 
 def _env(folder: Path) -> dict:
-    return {**os.environ, "MATHAGENT_RUNS": str(folder / "runs"), "OMP_NUM_THREADS": "2"}
+    # One thread: the small model gains nothing from a second one, which would wait for a
+    # core at every operation whenever another process holds one.
+    return {**os.environ, "MATHAGENT_RUNS": str(folder / "runs"), "OMP_NUM_THREADS": "1"}
 
 
 def _logged_steps(run: Path) -> int:
@@ -127,40 +201,86 @@ def _run(config: Path, out: Path, resume: bool, folder: Path, log: Path) -> subp
                                 env=_env(folder), stdout=f, stderr=subprocess.STDOUT)
 
 
-def _wait(proc: subprocess.Popen, out: Path, log: Path, what: str, condition) -> None:
+def _wait(proc: subprocess.Popen, out: Path, log: Path, what: str, condition,
+          poll_s: float = 0.05) -> None:
     """Return once ``condition()`` holds or the run ended, while the run makes progress."""
     wait_for(lambda: proc.poll() is not None or condition(), f"{log.name}: {what}",
-             progress=lambda: _state(out, log), stall_s=STALL_S)
+             progress=lambda: _state(out, log), stall_s=STALL_S, poll_s=poll_s)
+
+
+class _SaveClock:
+    """The times of a run's saves, seen by looking at its ``checkpoint.tmp`` again and again.
+
+    ``saves`` holds ``(created, complete, installed)`` for each save: when the folder
+    appeared, when it held a complete checkpoint, and when it was renamed to ``checkpoint``.
+    """
+
+    def __init__(self, run: Path):
+        self.tmp = run / "checkpoint.tmp"
+        self.saves: list[tuple[float, float, float]] = []
+        self._created: float | None = None
+        self._complete: float | None = None
+
+    def look(self) -> None:
+        now = time.monotonic()
+        if self.tmp.exists():
+            if self._created is None:
+                self._created = now
+            if self._complete is None and grpo.checkpoint_step(self.tmp) is not None:
+                self._complete = now
+        elif self._created is not None:
+            self.saves.append((self._created, self._complete or now, now))
+            self._created = self._complete = None
 
 
 @dataclass
 class Reference:
     run: Path
     first_save_s: float  # from the launch to its first installed checkpoint
+    save_s: float  # the shortest time one of its checkpoints stayed half-written
+    step_s: float  # the shortest time from an installed checkpoint to the next save
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """The uninterrupted run, and how long it took to install its first checkpoint."""
+def reference(config, tmp_path_factory):
+    """The uninterrupted run, and how long its start-up, saves and steps took."""
     folder = tmp_path_factory.mktemp("reference")
     out, log = folder / "run", folder / "reference.log"
+    clock = _SaveClock(out)
+
+    def ended() -> bool:
+        clock.look()
+        return proc.poll() is not None
+
     start = time.monotonic()
-    proc = _run(_config(folder), out, False, folder, log)
-    _wait(proc, out, log, "the first checkpoint", lambda: _installed_step(out) > 0)
-    first_save_s = time.monotonic() - start
-    rc = finish(proc, f"train-local {out}", progress=lambda: _state(out, log), stall_s=STALL_S)
-    assert rc == 0, log.read_text()[-2000:]
-    yield Reference(out, first_save_s)
-    shutil.rmtree(folder)  # its checkpoint is 1.6 GB, not kept once the module is done
+    proc = _run(config, out, False, folder, log)
+    try:
+        _wait(proc, out, log, "the end of the run", ended, poll_s=POLL_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, log.read_text()[-2000:]
+    assert len(clock.saves) == STEPS, f"saves seen: {clock.saves}"
+    created, complete, installed = zip(*clock.saves, strict=True)
+    trained = pd.read_csv(out / "metrics.csv")["trained_sequences"]
+    # the weights and optimiser state that the killed run must restore are not the initial ones
+    assert (trained > 0).sum() >= 2, trained.tolist()
+    yield Reference(out, first_save_s=installed[0] - start,
+                    save_s=min(b - a for a, b in zip(created, complete, strict=True)),
+                    step_s=min(b - a for a, b in zip(installed, created[1:], strict=False)))
+    shutil.rmtree(folder)  # its checkpoint is about 320 MB, not kept once the module is done
 
 
 def _kill_in(phase: str, proc: subprocess.Popen, out: Path, log: Path,
-             rng: np.random.Generator, first_save_s: float) -> int:
+             rng: np.random.Generator, reference: Reference) -> int:
     """Wait for ``phase`` of the run ``proc``, then SIGKILL it a random instant into it.
 
+    The saving and mid-step kills land within half the shortest save and step of the
+    reference run: a later run may save or step faster than it did.
     Returns the step of the run's checkpoint when the phase began."""
     if phase == "start-up":
-        delay = rng.uniform(0.0, first_save_s)
+        delay = rng.uniform(0.0, reference.first_save_s)
     elif phase == "logged, not saved":
         before = _logged_steps(out)  # rows past the checkpoint are logged again, then more
         _wait(proc, out, log, phase, lambda: _logged_steps(out) > before)
@@ -169,12 +289,12 @@ def _kill_in(phase: str, proc: subprocess.Popen, out: Path, log: Path,
         tmp = out / "checkpoint.tmp"
         if tmp.exists():  # a half-written one of the last kill: gone once the run resumed
             _wait(proc, out, log, "the old checkpoint.tmp cleaned up", lambda: not tmp.exists())
-        _wait(proc, out, log, phase, tmp.exists)
-        delay = rng.uniform(0.0, 0.2)  # writing 1.6 GB and flushing it takes longer
+        _wait(proc, out, log, phase, tmp.exists, poll_s=POLL_S)
+        delay = rng.uniform(0.0, reference.save_s / 2)
     else:
         saved = _saved_step(out)
-        _wait(proc, out, log, phase, lambda: _installed_step(out) > saved)
-        delay = rng.uniform(0.0, 1.0)  # a CPU step (sampling, the update) takes longer
+        _wait(proc, out, log, phase, lambda: _installed_step(out) > saved, poll_s=POLL_S)
+        delay = rng.uniform(0.0, reference.step_s / 2)
     began = _saved_step(out)
     try:
         proc.wait(timeout=delay)
@@ -191,16 +311,16 @@ def _comparable(csv: Path) -> pd.DataFrame:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", KILL_SEEDS)
-def test_train_local_killed_in_every_part_of_a_run_resumes_to_the_same_run(reference,
+def test_train_local_killed_in_every_part_of_a_run_resumes_to_the_same_run(config, reference,
                                                                            tmp_path, seed):
     rng = np.random.default_rng(seed)
-    config, out = _config(tmp_path), tmp_path / "run"
+    out = tmp_path / "run"
     landed, in_phase = [], []
     for k, phase in enumerate(PHASES):
         log = tmp_path / f"launch{k}.log"
         proc = _run(config, out, out.exists(), tmp_path, log)
         try:
-            began = _kill_in(phase, proc, out, log, rng, reference.first_save_s)
+            began = _kill_in(phase, proc, out, log, rng, reference)
             proc.wait(timeout=hang_bound(120))  # a SIGKILLed process, gone once its I/O ends
         finally:
             if proc.poll() is None:
@@ -214,7 +334,9 @@ def test_train_local_killed_in_every_part_of_a_run_resumes_to_the_same_run(refer
                          "logged, not saved": logged > saved,
                          "saving": half_written,
                          "mid-step": saved == began and not tmp.exists()}[phase])
-    history = "".join(f"\n--- launch {k} ({landed[k]}):\n"
+    history = (f"reference: first checkpoint after {reference.first_save_s:.2f} s, shortest "
+               f"save {reference.save_s:.2f} s, shortest step {reference.step_s:.2f} s")
+    history += "".join(f"\n--- launch {k} ({landed[k]}):\n"
                       + (tmp_path / f"launch{k}.log").read_text()[-600:]
                       for k in range(len(PHASES)))
     # every kill landed in a running process (none ended the run on its own), in its part
