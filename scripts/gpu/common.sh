@@ -9,6 +9,18 @@ alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 # is packed as it stands (`wait` packs after every call, the runs may still be going)
 tar_ok() { [ "$1" -eq 1 ]; }
 
+# follow PIDFILE LOG PATTERN SECONDS: print each new last line of LOG matching PATTERN while
+# the detached job of PIDFILE runs, for at most SECONDS (the `wait` step of a job script)
+follow() {
+  local t0 last= cur; t0=$(date +%s)
+  while alive "$1"; do
+    cur=$(grep -aE "$3" "$2" | tail -1 || true)
+    [ "$cur" != "$last" ] && { log "$cur"; last=$cur; }
+    [ $(( $(date +%s) - t0 )) -ge "$4" ] && { log "still running"; break; }
+    sleep 10
+  done
+}
+
 # copy one bundle part (DIR/part?? and DIR/SHA256SUMS) to $B
 copy_part() {
   mkdir -p "$B"; cp "${1:?DIR}"/part?? "$B"/; [ -f "$1/SHA256SUMS" ] && cp "$1/SHA256SUMS" "$B"/

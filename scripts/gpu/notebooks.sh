@@ -61,13 +61,7 @@ EOF
   log "the notebooks started (log $W/notebooks.log)"
   ;;
 wait)
-  limit=${2:?SECONDS}; t0=$(date +%s); last=
-  while alive "$W/notebooks.pid"; do
-    cur=$(grep -aE "notebooks [0-9-]+: |PASSED|FAILED|stopped" "$W/notebooks.log" | tail -1 || true)
-    [ "$cur" != "$last" ] && { log "$cur"; last=$cur; }
-    [ $(( $(date +%s) - t0 )) -ge "$limit" ] && { log "still running"; break; }
-    sleep 10
-  done
+  follow "$W/notebooks.pid" "$W/notebooks.log" "notebooks [0-9-]+: |PASSED|FAILED|stopped" "${2:?SECONDS}"
   grep -aE "notebooks [0-9-]+: |PASSED|FAILED|passed|failed" "$W/notebooks.log" | tail -n 12
   bash "$0" collect
   ;;

@@ -120,13 +120,7 @@ EOF
   log "vLLM and the measurements started (logs $W/vllm.log, $W/measure.log)"
   ;;
 wait)
-  limit=${2:?SECONDS}; t0=$(date +%s); last=
-  while alive "$W/measure.pid"; do
-    cur=$(grep -aE "\] .*: (start|exit)|vllm ready|Traceback|error" "$W/measure.log" | tail -1 || true)
-    [ "$cur" != "$last" ] && { log "$cur"; last=$cur; }
-    [ $(( $(date +%s) - t0 )) -ge "$limit" ] && { log "still measuring"; break; }
-    sleep 10
-  done
+  follow "$W/measure.pid" "$W/measure.log" "\] .*: (start|exit)|vllm ready|Traceback|error" "${2:?SECONDS}"
   tail -n 5 "$W/measure.log"; tail -n 2 "$W"/gpu.csv 2>/dev/null || true
   bash "$0" collect
   ;;
