@@ -27,21 +27,40 @@ copy_part() {
   ls -la "$B" | tail -n +2
 }
 
+# copy one part of the Qwen model file (DIR/q?? and DIR/QSHA256SUMS, from
+# `qwen_features.sh split_model`) to $Q
+copy_qpart() {
+  mkdir -p "$Q"; cp "${1:?DIR}"/q?? "$Q"/; [ -f "$1/QSHA256SUMS" ] && cp "$1/QSHA256SUMS" "$Q"/
+  ls "$Q" | xargs
+}
+
+# join_model FILE: join the model parts in $Q into FILE (once), each part and the whole file
+# checked against QSHA256SUMS
+join_model() {
+  [ -f "$1" ] && return 0
+  (cd "$Q" && grep ' q' QSHA256SUMS | sha256sum --quiet -c -) || { echo "a model part is corrupt" >&2; exit 2; }
+  cat "$Q"/q?? > "$1.tmp"
+  local want; want=$(awk '$2 == "model.gguf" {print $1}' "$Q/QSHA256SUMS")
+  [ "$(sha256sum "$1.tmp" | cut -d' ' -f1)" = "$want" ] || { echo "joined model file: wrong sha256" >&2; exit 2; }
+  mv "$1.tmp" "$1"; rm -f "$Q"/q??
+}
+
 # install the bundle (once), run from a copy of the project (so the checkout can change while
-# the runs go on: this changes the working directory), check the imports, export the bundled
-# model (SKIP_EXPORT=1: not)
+# the runs go on: this changes the working directory), check the imports, export the model file
+# MODEL_FILE (default: the bundled one) to $W/model (SKIP_EXPORT=1: not)
 setup() {
   local t0; t0=$(date +%s)
   [ -d "$B/site" ] || bash scripts/gpu/install_bundle.sh "$B" "$B"
   source "$B/env.sh"
   rm -rf "$W/proj"; mkdir -p "$W/proj"
-  tar --exclude=./.gpubundle --exclude=./.git --exclude=./.venv -cf - . | tar -xf - -C "$W/proj"
+  tar --exclude=./.gpubundle --exclude=./.qwenparts --exclude=./.git --exclude=./.venv -cf - . | tar -xf - -C "$W/proj"
   cd "$W/proj"
   export PYTHONPATH="$W/proj:$PYTHONPATH"
   [ -n "${SKIP_CHECK:-}" ] || python3 -c "import torch, transformers, vllm, trinity, verl, agentscope, ray; print('versions:', \
 torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__, \
 'ray', ray.__version__, 'agentscope', agentscope.__version__)"
-  [ -n "${SKIP_EXPORT:-}" ] || [ -d "$W/model" ] || python3 -m mathagent export-model "$W/model" --model "$(ls "$B"/*.gguf)" \
+  [ -n "${SKIP_EXPORT:-}" ] || [ -d "$W/model" ] || python3 -m mathagent export-model "$W/model" \
+    --model "${MODEL_FILE:-$(ls "$B"/*.gguf)}" \
     2>&1 | grep -v "it/s" | tail -2
   log "setup took $(( $(date +%s) - t0 )) s"
 }

@@ -74,19 +74,12 @@ part)
   copy_part "${2:?DIR}"
   ;;
 qpart)
-  mkdir -p "$Q"; cp "${2:?DIR}"/q?? "$Q"/; [ -f "$2/QSHA256SUMS" ] && cp "$2/QSHA256SUMS" "$Q"/
-  ls "$Q" | xargs
+  copy_qpart "${2:?DIR}"
   ;;
 start)
   mkdir -p "$W" "$OUT"
   SKIP_EXPORT=1 setup   # the bundle, the project copy in $W/proj (cd)
-  if [ ! -f "$W/model.gguf" ]; then
-    (cd "$Q" && grep ' q' QSHA256SUMS | sha256sum --quiet -c -) || { echo "a model part is corrupt" >&2; exit 2; }
-    cat "$Q"/q?? > "$W/model.gguf.tmp"
-    want=$(awk '$2 == "model.gguf" {print $1}' "$Q/QSHA256SUMS")
-    [ "$(sha256sum "$W/model.gguf.tmp" | cut -d' ' -f1)" = "$want" ] || { echo "joined model file: wrong sha256" >&2; exit 2; }
-    mv "$W/model.gguf.tmp" "$W/model.gguf"; rm -f "$Q"/q??
-  fi
+  join_model "$W/model.gguf"
   t0=$(date +%s)
   [ -d "$W/hf" ] || python3 -m mathagent export-model "$W/hf" --model "$W/model.gguf" 2>&1 | grep -v "it/s" | tail -1
   log "export took $(( $(date +%s) - t0 )) s"

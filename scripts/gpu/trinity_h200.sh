@@ -5,6 +5,10 @@
 #
 #   bash scripts/gpu/trinity_h200.sh part DIR        copy one bundle part (DIR/part?? and
 #                                                    DIR/SHA256SUMS) to $B
+#   bash scripts/gpu/trinity_h200.sh qpart DIR       copy one part of the Qwen model file (DIR/q??
+#                                                    and DIR/QSHA256SUMS) to $Q
+#   bash scripts/gpu/trinity_h200.sh pilot           the Qwen policy's pilot pair (below), with
+#                                                    `start` on the joined Qwen model file
 #   bash scripts/gpu/trinity_h200.sh start RUN...    install the bundle, export the model, then
 #                                                    per RUN: a Ray head and a detached `train`
 #   bash scripts/gpu/trinity_h200.sh experiment SEED...
@@ -28,6 +32,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${B:-/root/bundle}            # bundle parts, then the unpacked site-packages
+Q=${Q:-/root/qparts}            # parts of the Qwen model file
 W=${W:-/root/trinity}           # model, project copy, runs, logs
 OUT=${OUT:-$W/out}
 source scripts/gpu/common.sh
@@ -37,13 +42,32 @@ source scripts/gpu/common.sh
 # vLLM with torch.compile and CUDA graphs (the configs' enforce_eager: true decodes at about
 # 20 ms a step, the rollout phase's floor), and one seed for the selector's and vLLM's sampling.
 EXPERIMENT_ARGS="buffer.total_steps=40 tuner.algorithm.eval_interval_steps=10 explorer.rollout_model.enforce_eager=false"
+# The Qwen policy's pilot (results/trinity_h200_qwen_pilot/): the random selector, seed 0, 20
+# steps, held-out evaluation at steps 0, 10 and 20, CUDA graphs. Two runs side by side that
+# differ in the start-up lever under test (Trinity's asynchronous runners: 16 runner processes,
+# each running a task's rollouts concurrently, against 32 single-rollout runners) and in the
+# learning rate (the upstream 1e-6 against 5e-6).
+PILOT_ARGS="buffer.total_steps=20 tuner.algorithm.eval_interval_steps=10 explorer.rollout_model.enforce_eager=false"
+PILOT_RUNS="pilot_seq32_lr1e6 pilot_async16_lr5e6"
+export ARGS_pilot_seq32_lr1e6="algorithm.optimizer.lr=1e-6 tuner.algorithm.learning_rate=1e-6"
+export ARGS_pilot_async16_lr5e6="algorithm.optimizer.lr=5e-6 tuner.algorithm.learning_rate=5e-6 \
+explorer.concurrent_mode=asynchronous explorer.max_repeat_times_per_runner=null explorer.runner_per_model=16"
 seed_args() {
   echo "buffer.explorer_input.taskset.data_selector.seed=$1 explorer.rollout_model.seed=$1"
 }
 
-case "${1:?usage: trinity_h200.sh part|start|wait|collect ...}" in
+case "${1:?usage: trinity_h200.sh part|qpart|pilot|start|experiment|local|wait|collect ...}" in
 part)
   copy_part "${2:?DIR}"
+  ;;
+qpart)
+  copy_qpart "${2:?DIR}"
+  ;;
+pilot)
+  mkdir -p "$W"; join_model "$W/qwen.gguf"
+  specs=()
+  for name in $PILOT_RUNS; do specs+=("$name=configs/config_random_qwen.yaml"); done
+  MODEL_FILE=$W/qwen.gguf TRAIN_ARGS="$PILOT_ARGS $(seed_args 0) ${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
   ;;
 start)
   shift
