@@ -40,7 +40,14 @@ def make_work(w: Path) -> None:
     (launched / "trinity_config.yaml").write_text("mode: colocate\n")
     (w / "random_seed1.pid").write_text(f"{gone_pid()}\n")
     (w / "random_seed1.t0").write_text("1700000000\n")
-    (w / "random_seed1.log").write_text("Training at step 40 finished\n")
+    (w / "random_seed1.log").write_text(
+        "\x1b[36m(Trainer pid=7)\x1b[0m INFO 12-04 07:14:55 [trainer.py:1] workers initialized\n"
+        "\x1b[36m(WorkflowRunner pid=9)\x1b[0m react_agent: 94 + 85 equals \\boxed{179}.\n"
+        "\x1b[36m(WorkflowRunner pid=9)\x1b[0m Next, we multiply this sum by 5:\n"
+        "\x1b[36m(WorkflowRunner pid=9)\x1b[0m INFO 12-04 07:21:19 [workflow_runner.py:100] ready\n"
+        "\x1b[36m(WorkflowRunner pid=9)\x1b[0m ValueError: the judge failed\n"
+        '\x1b[36m(vLLMRolloutModel pid=5)\x1b[0m INFO:  1.2.3.4:5 - "GET /health HTTP/1.1" 200 OK\n'
+        "Training at step 40 finished\n")
     metrics = w / "local" / "work" / "random-s1" / "metrics.csv"
     metrics.parent.mkdir(parents=True)
     metrics.write_text("step,reward\n1,0.1\n2,0.2\n")
@@ -66,6 +73,10 @@ def test_wait_collects_finished_and_running_runs(tmp_path):
             "random_seed1/start_end_epoch.txt"} <= names
     assert not any("global_step" in n for n in names)
     assert "step 40" in log
+    # the agent's printed replies and vLLM's access lines stay behind; log lines and errors come
+    assert "workers initialized" in log and "workflow_runner.py:100] ready" in log
+    assert "ValueError: the judge failed" in log
+    assert "boxed{179}" not in log and "multiply this sum" not in log and "/health" not in log
     with tarfile.open(out / "local.tgz") as tar:
         metrics = tar.extractfile("local/work/random-s1/metrics.csv").read().decode()
     assert metrics.splitlines()[-1] == "2,0.2"  # packed as it stands, mid-run

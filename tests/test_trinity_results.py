@@ -245,3 +245,24 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
     assert empty.returncode == 2
     assert empty.stderr.strip().splitlines() == [
         f"error: no train-local run folders in {tmp_path / 'nothing'}"]
+
+
+PILOT = paths.RESULTS_DIR / "trinity_h200_qwen_pilot"
+
+
+def test_the_qwen_pilots_readme_states_what_its_event_files_and_tables_hold():
+    """The pilot's held-out accuracies, start-up minutes and memory peaks in its README are
+    the ones its event files and timing tables hold (both runs: random, seed 0)."""
+    readme = (PILOT / "README.md").read_text()
+    learned = results.read_run(PILOT / "async16_lr5e6").dropna(subset=["eval_accuracy"])
+    assert learned["step"].tolist() == [0, 10, 20]
+    for acc in learned["eval_accuracy"]:
+        assert f"{acc:.3f}" in readme
+    stopped = results.read_run(PILOT / "seq32_lr1e6").dropna(subset=["eval_accuracy"])
+    assert stopped["step"].tolist() == [0] and f"{stopped['eval_accuracy'].iloc[0]:.3f}" in readme
+    startup = pd.read_csv(PILOT / "startup.csv", index_col=0)
+    for run in ("seq32_lr1e6", "async16_lr5e6"):
+        assert f"{startup.loc['step 1 starts', run]:.2f}" in readme
+        assert f"{startup.loc['vLLM engine ready', run]:.2f}" in readme
+    memory = pd.read_csv(PILOT / "gpu_memory.csv", index_col=0)
+    assert f"{memory.loc['trainer (FSDP actor + reference)', 'async16_lr5e6']:.1f} GiB" in readme

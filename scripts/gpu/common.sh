@@ -65,6 +65,10 @@ torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__vers
   log "setup took $(( $(date +%s) - t0 )) s"
 }
 
+# a line the agent printed (a reply's continuation lines carry the runner's prefix and no log
+# level) or a vLLM access line; lines naming an error are kept
+CHATTER='"(GET|POST) /|\(WorkflowRunner pid=\d+\)\S* (?!INFO|WARNING|ERROR)(?!.*(Error|Traceback|Exception))'
+
 # pack run NAME (event files, configs, meta files, the log, its start and end) into
 # $OUT/NAME.tgz, finished or not
 pack_run() {
@@ -78,7 +82,13 @@ pack_run() {
       | tar -cf - -T -) | tar -xf - -C "$d" || tar_ok $?
   fi
   cp "$W"/runs/$name/train/*/trinity_config.yaml "$d/launched_config.yaml" 2>/dev/null || true
-  tail -c 6000000 "$W/$name.log" > "$d/train.log"
+  # the log without the agent's printed replies and vLLM's access lines (nearly all of its
+  # bytes once the agent runs), at most its first and last 3 MB: the start-up milestones and
+  # the latest steps both come back
+  grep -avP "$CHATTER" "$W/$name.log" > "$d/quiet.log" || true
+  if [ "$(stat -c %s "$d/quiet.log")" -le 6000000 ]; then mv "$d/quiet.log" "$d/train.log"
+  else { head -c 3000000 "$d/quiet.log"; echo; echo "[... the middle of the log was cut ...]"
+         tail -c 3000000 "$d/quiet.log"; } > "$d/train.log"; rm "$d/quiet.log"; fi
   echo "$(cat "$W/$name.t0") $(stat -c %Y "$W/$name.log")" > "$d/start_end_epoch.txt"
   tar -czf "$OUT/$name.tgz" -C "$W/collect" "$name"
 }

@@ -131,6 +131,13 @@ def test_every_config_loads_through_trinity(name, tmp_path):
     if "qwen" in name:  # the Qwen policy's agent is offered no tools (its measured setting)
         assert plan.settings["agent"]["meta_tool"] is False
         assert plan.settings["agent"]["python_tool"] is False
+        # the pilot's settings (results/trinity_h200_qwen_pilot/): asynchronous runners, one per
+        # task of a batch, and its learning rate in both places that name one
+        explorer = plan.config.explorer
+        assert explorer.concurrent_mode == "asynchronous"
+        assert explorer.runner_per_model == plan.config.buffer.batch_size
+        assert explorer.max_repeat_times_per_runner is None
+        assert plan.config.algorithm.optimizer.lr == plan.settings["algorithm"]["learning_rate"]
     assert plan.judge == expected and plan.judge_func.__name__ == expected
     assert taskset.workflow_args["judge_func"] is plan.judge_func
     # dataset paths are absolute, under the repository
