@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from mathagent.judge import extract_answer, score, truth_from_answer
+from mathagent.text_tool_calls import tools_section
 
 # --------------------------------------------------------------------------------------
 # The bundled model
@@ -119,6 +120,14 @@ def _chatml(messages: list[dict]) -> str:
     return body + "<|im_start|>assistant\n"
 
 
+def with_tools_section(messages: list[dict], tools: list[dict]) -> list[dict]:
+    """``messages`` with the tools described at the end of the system message, as Qwen2.5's
+    template describes them (:func:`mathagent.text_tool_calls.tools_section`)."""
+    first = messages[0] if messages and messages[0]["role"] == "system" else None
+    system = (first["content"] + "\n\n" if first else "") + tools_section(tools)
+    return [{"role": "system", "content": system}, *messages[1 if first else 0:]]
+
+
 # --------------------------------------------------------------------------------------
 # The policy: batched sampling and token log-probabilities
 # --------------------------------------------------------------------------------------
@@ -126,11 +135,18 @@ def _chatml(messages: list[dict]) -> str:
 
 @dataclass
 class Completion:
-    """One sampled reply: its token ids, decoded text and whether it ended by itself."""
+    """One sampled reply: its token ids, decoded text and whether it ended by itself.
+
+    ``loss_mask`` marks the tokens the policy wrote (1) among ``ids``; None means all of them,
+    as in one sampled reply. A rollout with a tool (:mod:`mathagent.grpo.tool_rollout`) puts
+    0 on the tool's output and the chat template's tokens around it, which the policy
+    gradient must not train.
+    """
 
     ids: list[int]
     text: str
     finished: bool
+    loss_mask: list[int] | None = None
 
 
 class Policy:
@@ -164,6 +180,7 @@ class Policy:
         # transformers renamed ``past_key_values`` to ``cache`` in 5.2x; accept both.
         params = inspect.signature(self.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._shows_tools: bool | None = None  # whether the chat template writes tools
 
     @classmethod
     def load(cls, source=None, device: str = "cpu", prompt: PromptConfig | None = None):
@@ -179,15 +196,40 @@ class Policy:
             return contextlib.nullcontext()
         return self.torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
-    def encode(self, question: str) -> list[int]:
-        """Token ids of the full chat prompt for ``question``, ending at the assistant turn."""
-        msgs = chat_messages(question, self.prompt)
-        if getattr(self.tokenizer, "chat_template", None):
-            text = self.tokenizer.apply_chat_template(msgs, tokenize=False,
-                                                      add_generation_prompt=True)
-        else:
-            text = _chatml(msgs)
+    def encode(self, question: str, tools: list[dict] | None = None) -> list[int]:
+        """Token ids of the full chat prompt for ``question``, ending at the assistant turn;
+        ``tools`` are offered as :meth:`chat_text` says."""
+        text = self.chat_text(chat_messages(question, self.prompt), tools)
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def chat_text(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+        """The chat template's text of ``messages``, ending where the next assistant turn starts.
+
+        ``tools`` (OpenAI function schemas) go to ``apply_chat_template(tools=...)``, so a
+        template trained with tools (Qwen2.5's) describes them in its own words. A template
+        that ignores them (SmolLM2's plain ChatML) or no template gets the same description
+        added to the system message (:func:`with_tools_section`), so the model reads the
+        offer either way.
+        """
+        template = getattr(self.tokenizer, "chat_template", None)
+        if tools and not (template and self._template_shows_tools()):
+            messages, tools = with_tools_section(messages, tools), None
+        if not template:
+            return _chatml(messages)
+        return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
+                                                  add_generation_prompt=True)
+
+    def _template_shows_tools(self) -> bool:
+        """Whether the chat template writes the tools it is given (it changes the text)."""
+        if self._shows_tools is None:
+            probe = [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]
+            tool = {"type": "function", "function": {
+                "name": "probe", "description": "A probe.",
+                "parameters": {"type": "object", "properties": {}}}}
+            with_tool = self.tokenizer.apply_chat_template(probe, tools=[tool], tokenize=False)
+            self._shows_tools = with_tool != self.tokenizer.apply_chat_template(
+                probe, tokenize=False)
+        return self._shows_tools
 
     def _left_pad(self, seqs: Sequence[Sequence[int]]):
         torch = self.torch
@@ -267,7 +309,8 @@ class Policy:
 
     def token_logprobs(self, prompts: Sequence[Sequence[int]],
                        completions: Sequence[Sequence[int]], temperature: float = 1.0,
-                       with_entropy: bool = False):
+                       with_entropy: bool = False,
+                       loss_masks: Sequence[Sequence[int] | None] | None = None):
         """Log-probabilities of the completion tokens under the current weights.
 
         Each prompt + completion is one right-padded row, so no query position is left
@@ -278,8 +321,9 @@ class Policy:
         fit in memory for large batches.
 
         Returns ``(logp, mask, entropy)``, each of shape ``(len(prompts), R)`` with ``R``
-        the longest completion; ``mask`` is 1 on real completion tokens; ``entropy`` is
-        None unless asked for (computed without gradient).
+        the longest completion; ``mask`` is 1 on real completion tokens, and where
+        ``loss_masks`` gives a completion's :attr:`Completion.loss_mask`, only on the tokens
+        it marks (None: all); ``entropy`` is None unless asked for (computed without gradient).
         """
         torch = self.torch
         n = len(prompts)
@@ -298,6 +342,8 @@ class Policy:
             src[i, : len(c)] = torch.arange(len(p) - 1, len(p) - 1 + len(c))
             c_ids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
             c_mask[i, : len(c)] = 1
+            if loss_masks is not None and loss_masks[i] is not None:
+                c_mask[i, : len(c)] = torch.tensor(loss_masks[i], dtype=torch.long)
         ids, mask, src = ids.to(self.device), mask.to(self.device), src.to(self.device)
         c_ids, c_mask = c_ids.to(self.device), c_mask.to(self.device)
         with self._autocast():

@@ -17,6 +17,10 @@ when a reply carries no tool call, looks in its text for JSON objects naming one
 offered in that request, with an ``arguments`` (or ``parameters``) object, and adds them to the
 reply as tool calls. The text stays in the reply as written. Off by default, like everything
 that departs from the upstream agent (``AgentOptions(text_tool_calls=True)``).
+
+:func:`tools_section` is the other half of that format: the text with which Qwen2.5's template
+offers tools in the system message, for a chat template that ignores the tools it is given
+(SmolLM2's; :meth:`mathagent.policy.Policy.chat_text` adds it then).
 """
 
 from __future__ import annotations
@@ -53,6 +57,20 @@ def find_tool_calls(text: str, names: set[str]) -> list[tuple[str, dict]]:
                 calls.append((item["name"], arguments))
         start = end
     return calls
+
+
+def tools_section(tools: list[dict]) -> str:
+    """The "# Tools" section that Qwen2.5's chat template appends to the system message when
+    it is given ``tools`` (OpenAI function schemas): each schema as one JSON line inside
+    ``<tools>``, then how to call one (``<tool_call>{"name": ..., "arguments": ...}</tool_call>``,
+    which :func:`find_tool_calls` reads back)."""
+    lines = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+    return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+            "You are provided with function signatures within <tools></tools> XML tags:\n"
+            f"<tools>\n{lines}\n</tools>\n\n"
+            "For each function call, return a json object with function name and arguments "
+            "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+            '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
 
 
 def _next_json(text: str, start: int) -> int:

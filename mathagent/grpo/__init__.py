@@ -19,19 +19,28 @@ one process on one GPU, or on a CPU with tiny settings, with the bundled SmolLM2
 6. **train**   one clipped policy-gradient step over the batch in micro-batches
    (token-mean loss, optional k3 KL penalty to the initial model).
 
+By default a completion is one reply, as the upstream agent (which has no tool) gives.
+``rollout.python_tool: true`` (``--python-tool``) offers the policy the agent's sandboxed
+``execute_python_code``: a completion becomes a short exchange (reply, the code's output as a
+tool message, next reply, up to ``rollout.max_turns`` replies), still sampled in batches;
+the judge reads the last reply, and the loss and the KL penalty cover only the tokens the
+policy wrote, never the tool's output (:mod:`~mathagent.grpo.tool_rollout`). The evaluation
+then rolls out with the tool too.
+
 Every step appends one row to the tidy table ``metrics.csv`` (``selector, seed, step,
-rollout_accuracy, eval_accuracy, effective_task_ratio`` plus timings), logs Trinity's own
-metric names to TensorBoard, and every ``save_interval`` steps checkpoints the policy, the
-optimizer, the sampler's random state and the complete selector state (also the posteriors
-of Trinity's ``difficulty_based``, which its own ``state_dict`` leaves out) so a run resumes
-where it stopped and continues exactly as an uninterrupted one. Checkpoints and tables are
-swapped in by renames, so a run killed at any instant resumes with ``--resume``.
+rollout_accuracy, eval_accuracy, effective_task_ratio`` plus timings, and the tool calls
+and failed tool runs per rollout, ``rollout_tool_calls`` and ``rollout_tool_errors``), logs
+Trinity's own metric names to TensorBoard, and every ``save_interval`` steps checkpoints the
+policy, the optimizer, the sampler's random state and the complete selector state (also the
+posteriors of Trinity's ``difficulty_based``, which its own ``state_dict`` leaves out) so a
+run resumes where it stopped and continues exactly as an uninterrupted one. Checkpoints and
+tables are swapped in by renames, so a run killed at any instant resumes with ``--resume``.
 The policy itself (the bundled model, its chat prompt, batched sampling) is
 :mod:`mathagent.policy`, which the pass-rate measurement samples from too.
 
 Heavy libraries (torch, transformers, datasets, the selectors) are imported inside the
 functions that need them, so the package imports quickly and runs on a GPU machine that
-lacks the agent stack.
+lacks the agent stack (the Python tool, when on, takes its schema from AgentScope).
 
 Modules:
 
@@ -39,6 +48,7 @@ Modules:
 * :mod:`~mathagent.grpo.config`: the run's settings dataclasses and :func:`load_config`;
 * :mod:`~mathagent.grpo.files`: atomic writes and cutting a run's logs back to a step;
 * :mod:`~mathagent.grpo.logger`: the tidy table, Trinity's metric names, TensorBoard;
+* :mod:`~mathagent.grpo.tool_rollout`: rollouts with the Python tool (multi-turn);
 * :mod:`~mathagent.grpo.checkpoint`: kill-safe checkpoints, their saving and recovery;
 * :mod:`~mathagent.grpo.trainer`: :class:`GRPOTrainer`, the explore/train loop;
 * :mod:`~mathagent.grpo.commands`: the ``train-local`` command.
@@ -72,6 +82,7 @@ from mathagent.grpo.config import (
 from mathagent.grpo.files import atomic_write_text, last_logged_step, truncate_jsonl
 from mathagent.grpo.logger import TIDY_COLUMNS, RunLogger
 from mathagent.grpo.loss import clipped_pg_loss, group_advantages, score_completions
+from mathagent.grpo.tool_rollout import PythonTool, ToolRollout
 from mathagent.grpo.trainer import GRPOTrainer, StepResult
 from mathagent.policy import locate_model
 
@@ -90,11 +101,13 @@ __all__ = [
     "GRPOTrainer",
     "ModelConfig",
     "NoCheckpointError",
+    "PythonTool",
     "RolloutConfig",
     "RunLogger",
     "SelectorSettings",
     "StepResult",
     "TasksetConfig",
+    "ToolRollout",
     "TrainConfig",
     "TrainerConfig",
     "atomic_write_text",

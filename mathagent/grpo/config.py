@@ -14,6 +14,7 @@ from typing import Any
 
 from mathagent import paths, settings
 from mathagent.policy import MODEL_PATH_ENV, PromptConfig
+from mathagent.sandbox import SandboxLimits
 from mathagent.settings import setting
 
 DEFAULT_CONFIG = paths.CONFIGS_DIR / "train_local.yaml"
@@ -55,6 +56,13 @@ class RolloutConfig:
     temperature: float = 1.0
     chunk_size: int = 1024  # sequences sampled together
     lenient: bool = True  # judge accepts the last number when no boxed/#### answer
+    # Offer the sandboxed execute_python_code: a rollout becomes reply, tool output, reply,
+    # ... (mathagent.grpo.tool_rollout). Off by default, as the upstream agent has no tool.
+    python_tool: bool = setting(False, help="give the rollouts the sandboxed Python tool "
+                                            "execute_python_code (default: the config's)",
+                                flag="--python-tool")
+    max_turns: int = 10  # with the tool: replies per rollout at most (the agent's max_iters)
+    tool_timeout: float = SandboxLimits().timeout  # with the tool: wall-clock s of one run
 
 
 @dataclass
@@ -145,6 +153,10 @@ def _validate(cfg: TrainConfig, where: str) -> None:
                                         "completions within a group)"),
         (cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1"),
         (cfg.rollout.temperature > 0, "rollout.temperature must be > 0 for exploration"),
+        (cfg.rollout.max_turns >= 1, "rollout.max_turns must be >= 1 (replies per rollout "
+                                     "with the Python tool)"),
+        (cfg.rollout.tool_timeout > 0, "rollout.tool_timeout must be > 0 (seconds one run "
+                                       "of the Python tool may take)"),
         (cfg.algorithm.micro_batch_size >= 1, "algorithm.micro_batch_size must be >= 1"),
         (cfg.algorithm.update_epochs >= 1, "algorithm.update_epochs must be >= 1"),
         (cfg.algorithm.lr > 0, "algorithm.lr must be > 0"),

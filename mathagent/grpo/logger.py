@@ -12,8 +12,9 @@ from mathagent.trinity_tags import run_tags, with_current_names
 TIDY_COLUMNS = [
     "selector", "seed", "step", "rollout_accuracy", "eval_accuracy", "effective_task_ratio",
     "trainer_reward", "pg_loss", "kl_loss", "pg_clipfrac", "grad_norm", "entropy", "response_length",
-    "truncated_ratio", "trained_sequences", "skipped_updates", "time_select_s", "time_generate_s",
-    "time_score_s", "time_update_s", "time_eval_s", "time_step_s", "gpu_mem_peak_gb",
+    "truncated_ratio", "rollout_tool_calls", "rollout_tool_errors", "trained_sequences",
+    "skipped_updates", "time_select_s", "time_generate_s", "time_score_s", "time_update_s",
+    "time_eval_s", "time_step_s", "gpu_mem_peak_gb",
 ]
 
 

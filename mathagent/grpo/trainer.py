@@ -2,7 +2,9 @@
 
 :class:`GRPOTrainer` runs one ``train-local`` run in one process: a policy
 (:mod:`mathagent.policy`), a selector over the training split and a held-out eval split.
-Its checkpoints come from :class:`~mathagent.grpo.checkpoint.CheckpointMixin`.
+Its checkpoints come from :class:`~mathagent.grpo.checkpoint.CheckpointMixin`; with
+``rollout.python_tool`` its rollouts are exchanges with the Python tool
+(:mod:`mathagent.grpo.tool_rollout`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from mathagent.grpo.config import TrainConfig
 from mathagent.grpo.files import atomic_write_text, last_logged_step, truncate_jsonl
 from mathagent.grpo.logger import TIDY_COLUMNS, RunLogger
 from mathagent.grpo.loss import clipped_pg_loss, group_advantages, score_completions
+from mathagent.grpo.tool_rollout import PythonTool
 from mathagent.judge import truth_from_answer
 from mathagent.metrics import effective_task_ratio
 from mathagent.policy import (
     MODEL_PATH_ENV,
     Completion,
     Policy,
+    chat_messages,
     locate_model,
     make_generator,
     seed_stream,
@@ -51,6 +55,12 @@ class StepResult:
     advantages: np.ndarray  # (B, n)
     row: dict
     completions: list[Completion] = field(default_factory=list)  # B * n, task-major
+
+
+def _written(completion: Completion) -> int:
+    """How many of a completion's tokens the policy wrote (all but a tool's turns)."""
+    mask = completion.loss_mask
+    return len(completion.ids) if mask is None else sum(mask)
 
 
 class GRPOTrainer(CheckpointMixin):
@@ -85,9 +95,16 @@ class GRPOTrainer(CheckpointMixin):
         if str(self.policy.device) != str(torch.device(cfg.trainer.device)):
             raise ValueError(f"policy is on {self.policy.device} but trainer.device is "
                              f"{cfg.trainer.device}")
-        self.train_prompts = [self.policy.encode(q) for q in self.train_set["question"]]
+        self.tool = None  # the Python tool of the rollouts, if rollout.python_tool
+        if cfg.rollout.python_tool:
+            self.tool = PythonTool(cfg.rollout.max_turns, cfg.rollout.tool_timeout)
+            self.tool.check_template(self.policy)
+        tools = self.tool.schemas if self.tool else None
+        self.train_questions = list(self.train_set["question"])
+        self.train_prompts = [self.policy.encode(q, tools) for q in self.train_questions]
         self.train_truths = [truth_from_answer(a) for a in self.train_set["answer"]]
-        self.eval_prompts = [self.policy.encode(q) for q in self.eval_set["question"]]
+        self.eval_questions = list(self.eval_set["question"])
+        self.eval_prompts = [self.policy.encode(q, tools) for q in self.eval_questions]
         self.eval_truths = [truth_from_answer(a) for a in self.eval_set["answer"]]
 
         model = self.policy.model
@@ -179,6 +196,8 @@ class GRPOTrainer(CheckpointMixin):
             "trinity_tags": run_tags(TIDY_COLUMNS, self.eval_name, self.cfg.eval.repeat_times),
             "config": cfg,
         }
+        if self.tool:
+            params["python_tool"] = self.tool.describe()
         atomic_write_text(self.run_dir / "params.json", json.dumps(params, indent=2))
 
     # -- one step ------------------------------------------------------------------------
@@ -202,10 +221,8 @@ class GRPOTrainer(CheckpointMixin):
         idx = self._selected(B)
         t1 = time.perf_counter()
         prompts = [self.train_prompts[i] for i in idx for _ in range(n)]
-        comps = self.policy.sample(prompts, max_new_tokens=cfg.rollout.max_new_tokens,
-                                   temperature=cfg.rollout.temperature,
-                                   generator=self.sampler_gen,
-                                   chunk_size=cfg.rollout.chunk_size)
+        questions = [self.train_questions[i] for i in idx for _ in range(n)]
+        comps = self._rollouts(prompts, questions, cfg.rollout.temperature, self.sampler_gen)
         self._sync()
         t2 = time.perf_counter()
         truths = [self.train_truths[i] for i in idx for _ in range(n)]
@@ -225,7 +242,9 @@ class GRPOTrainer(CheckpointMixin):
         if cfg.eval.interval and step % cfg.eval.interval == 0:
             eval_acc = self.evaluate()
         t5 = time.perf_counter()
-        lengths = np.array([len(c.ids) for c in comps])
+        lengths = np.array([_written(c) for c in comps])
+        tool_calls = np.array([c.tool_calls if self.tool else 0 for c in comps], dtype=float)
+        tool_errors = np.array([c.tool_errors if self.tool else 0 for c in comps], dtype=float)
         row = {
             "selector": cfg.selector.name, "seed": cfg.trainer.seed, "step": step,
             "rollout_accuracy": float(rewards.mean()),
@@ -236,6 +255,9 @@ class GRPOTrainer(CheckpointMixin):
             **stats,
             "response_length": float(lengths.mean()),
             "truncated_ratio": float(np.mean([not c.finished for c in comps])),
+            # tool calls (failed runs) per rollout, as Trinity logs the workflow's
+            "rollout_tool_calls": float(tool_calls.mean()),
+            "rollout_tool_errors": float(tool_errors.mean()),
             "time_select_s": t1 - t0, "time_generate_s": t2 - t1,
             "time_score_s": t3 - t2, "time_update_s": t4 - t3, "time_eval_s": t5 - t4,
             "time_step_s": t5 - t0,
@@ -248,6 +270,17 @@ class GRPOTrainer(CheckpointMixin):
             self.save_checkpoint()
         return StepResult(step, idx, rewards, adv, row, comps)
 
+    def _rollouts(self, prompts, questions, temperature, generator) -> list[Completion]:
+        """One completion per prompt: a sampled reply, or with the Python tool a whole
+        exchange (a :class:`~mathagent.grpo.tool_rollout.ToolRollout`)."""
+        r = self.cfg.rollout
+        kwargs = dict(max_new_tokens=r.max_new_tokens, temperature=temperature,
+                      generator=generator, chunk_size=r.chunk_size)
+        if self.tool is None:
+            return self.policy.sample(prompts, **kwargs)
+        messages = [chat_messages(q, self.policy.prompt) for q in questions]
+        return self.tool.rollouts(self.policy, prompts, messages, **kwargs)
+
     def _sync(self) -> None:
         if self.policy.device.type == "cuda":
             self.torch.cuda.synchronize(self.policy.device)
@@ -257,13 +290,14 @@ class GRPOTrainer(CheckpointMixin):
 
         Sequences with zero advantage add nothing to the policy gradient, so without a KL
         term they are skipped; the loss is still divided by the token count of the whole
-        batch, so skipping changes the cost, not the gradient.
+        batch, so skipping changes the cost, not the gradient. Only the tokens the policy
+        wrote count (:attr:`Completion.loss_mask`): never a tool's output.
         """
         torch = self.torch
         cfg = self.cfg.algorithm
         temp = self.cfg.rollout.temperature
         model = self.policy.model
-        total_tokens = float(sum(len(c.ids) for c in comps))
+        total_tokens = float(sum(_written(c) for c in comps))
         keep = [i for i in range(len(comps)) if adv[i] != 0 or cfg.kl_coef > 0]
         stats = {"pg_loss": 0.0, "kl_loss": 0.0, "pg_clipfrac": 0.0, "grad_norm": 0.0,
                  "entropy": float("nan"), "trained_sequences": len(keep),
@@ -286,7 +320,7 @@ class GRPOTrainer(CheckpointMixin):
             for k, mb in enumerate(micro):
                 logp, mask, ent = self.policy.token_logprobs(
                     [prompts[i] for i in mb], [comps[i].ids for i in mb], temp,
-                    with_entropy=epoch == 0)
+                    with_entropy=epoch == 0, loss_masks=[comps[i].loss_mask for i in mb])
                 old_logp = old[k] if old is not None else logp.detach()
                 ref = None
                 if self.ref_model is not None:
@@ -334,9 +368,8 @@ class GRPOTrainer(CheckpointMixin):
         k = cfg.eval.repeat_times
         gen = make_generator(self.policy.device, self.seeds["eval"])
         prompts = [p for p in self.eval_prompts for _ in range(k)]
-        comps = self.policy.sample(prompts, max_new_tokens=cfg.rollout.max_new_tokens,
-                                   temperature=cfg.eval.temperature, generator=gen,
-                                   chunk_size=cfg.rollout.chunk_size)
+        questions = [q for q in self.eval_questions for _ in range(k)]
+        comps = self._rollouts(prompts, questions, cfg.eval.temperature, gen)
         truths = [t for t in self.eval_truths for _ in range(k)]
         return float(score_completions([c.text for c in comps], truths,
                                        lenient=cfg.rollout.lenient).mean())
@@ -349,11 +382,15 @@ class GRPOTrainer(CheckpointMixin):
         lines = []
         for j in range(min(k, len(comps))):
             task = idx[j // n]
-            lines.append(json.dumps({
+            record = {
                 "step": step, "task_index": task,
                 "question": self.train_set[task]["question"],
                 "truth": self.train_truths[task], "response": comps[j].text,
-                "reward": float(rewards.reshape(-1)[j])}) + "\n")
+                "reward": float(rewards.reshape(-1)[j])}
+            if self.tool:  # the whole exchange; "response" is its last reply
+                record.update(tool_calls=comps[j].tool_calls,
+                              tool_errors=comps[j].tool_errors, turns=comps[j].turns)
+            lines.append(json.dumps(record) + "\n")
         # one append per step; a kill mid-write leaves a torn last line, and a resume
         # drops it with every record after the checkpoint (truncate_jsonl)
         with open(self.run_dir / "samples.jsonl", "a") as f:

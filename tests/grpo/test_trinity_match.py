@@ -69,3 +69,10 @@ def test_steps_and_evaluation_match_the_experiment(mirror):
     assert mirror.trainer.steps == int(args["buffer.total_steps"])
     assert mirror.eval.interval == int(args["tuner.algorithm.eval_interval_steps"])
     assert mirror.eval.on_start and mirror.eval.repeat_times == 1
+
+
+def test_no_tool_as_in_the_experiment(mirror):
+    # the experiment's agent runs without the Python tool (no tuner.agent.python_tool)
+    for config in ENGINE.values():
+        agent = config["tuner"].get("agent", {})
+        assert agent.get("python_tool", False) is mirror.rollout.python_tool is False
