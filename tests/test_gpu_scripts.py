@@ -110,3 +110,47 @@ def test_notebooks_collect_packs_executed_notebooks_and_logs_not_checkpoints(tmp
     assert {"notebooks.log", "proj/notebooks/04_training_launch.ipynb", f"{run}/train.log",
             f"{run}/checkpoints/job/monitor/tensorboard/events.out.tfevents.1"} <= names
     assert not any("global_step" in n or n.endswith(".safetensors") for n in names)
+
+
+def test_every_gpu_script_parses():
+    for script in sorted((paths.REPO_ROOT / "scripts" / "gpu").glob("*.sh")):
+        done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert done.returncode == 0, f"{script.name}: {done.stderr}"
+
+
+def test_the_run_steps_settings_load_through_trinity(tmp_path):
+    """What ``trinity_h200.sh settings`` prints for each step (the extra ``train`` settings of
+    the 135M experiment, the Qwen pilot's two runs and the Qwen pair) applies to its configs
+    through Trinity's loader, with the values the steps promise."""
+    from mathagent import launch
+
+    done = subprocess.run(["bash", str(SCRIPT), "settings"], capture_output=True, text=True,
+                          env={**os.environ, "W": str(tmp_path / "w"), "B": str(tmp_path / "b")},
+                          timeout=hang_bound(60))
+    assert done.returncode == 0, done.stderr
+    steps = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()}
+    assert set(steps) == {"experiment", "pilot_seq32_lr1e6", "pilot_async16_lr5e6", "qwen"}
+    seed = ["buffer.explorer_input.taskset.data_selector.seed=1", "explorer.rollout_model.seed=1"]
+    configs = {"experiment": ["config_random_arithmetic.yaml", "config_difficulty_arithmetic.yaml"],
+               "pilot_seq32_lr1e6": ["config_random_qwen.yaml"],
+               "pilot_async16_lr5e6": ["config_random_qwen.yaml"],
+               "qwen": ["config_random_qwen.yaml", "config_difficulty_qwen.yaml"]}
+    for step, names in configs.items():
+        for name in names:
+            plan = launch.load_plan(paths.REPO_ROOT / "configs" / name, [*steps[step], *seed],
+                                    work_dir=tmp_path / step / name)
+            config = plan.config
+            assert config.buffer.explorer_input.taskset.data_selector.seed == 1
+            assert config.explorer.rollout_model.enforce_eager is False
+            assert config.buffer.total_steps == (40 if step == "experiment" else 20)
+            if step == "qwen":
+                assert config.trainer.max_token_len_per_gpu == 4096
+                assert config.trainer.trainer_config["actor"]["entropy_checkpointing"] is True
+            if step.startswith("pilot"):
+                lr = 1e-6 if "lr1e6" in step else 5e-6
+                assert config.algorithm.optimizer.lr == lr
+                assert plan.settings["algorithm"]["learning_rate"] == lr
+                asynchronous = "async" in step
+                assert config.explorer.concurrent_mode == ("asynchronous" if asynchronous
+                                                           else "sequential")
+                assert config.explorer.runner_per_model == (16 if asynchronous else 32)

@@ -10,6 +10,7 @@ runs (:func:`config_diff`, against the sibling config :func:`counterpart_path` n
 from __future__ import annotations
 
 import os
+import re
 from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,8 +25,14 @@ class ConfigError(ValueError):
     """A config that cannot be loaded; the message is one line naming the file and key."""
 
 
+#: A number in exponent notation without a decimal point (``1e-6``), which YAML 1.1 (PyYAML)
+#: reads as a string, YAML 1.2 and Python as a number.
+_EXPONENT_NUMBER = re.compile(r"[-+]?\d+[eE][-+]?\d+")
+
+
 def parse_override(text: str) -> tuple[str, Any]:
-    """``"a.b.0.c=value"`` -> ``("a.b.0.c", value)`` with the value read as YAML."""
+    """``"a.b.0.c=value"`` -> ``("a.b.0.c", value)`` with the value read as YAML
+    (``1e-6`` as the number it is: PyYAML would keep it a string)."""
     import yaml
 
     key, sep, raw = text.partition("=")
@@ -36,6 +43,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise ConfigError(f"override {text!r}: value is not valid YAML ({exc})") from None
+    if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value.strip()):
+        value = float(value)
     return key, value
 
 

@@ -9,6 +9,9 @@
 #                                                    and DIR/QSHA256SUMS) to $Q
 #   bash scripts/gpu/trinity_h200.sh pilot           the Qwen policy's pilot pair (below), with
 #                                                    `start` on the joined Qwen model file
+#   bash scripts/gpu/trinity_h200.sh qwen SEED...    the Qwen policy's pair per SEED (random_qwen_seedN,
+#                                                    difficulty_qwen_seedN) with QWEN_ARGS, on the
+#                                                    joined Qwen model file
 #   bash scripts/gpu/trinity_h200.sh start RUN...    install the bundle, export the model, then
 #                                                    per RUN: a Ray head and a detached `train`
 #   bash scripts/gpu/trinity_h200.sh experiment SEED...
@@ -20,6 +23,8 @@
 #   bash scripts/gpu/trinity_h200.sh local SEED...   once no Trinity run is alive: train-local
 #                                                    with configs/train_local_trinity.yaml, both
 #                                                    selectors, per SEED (scripts/gpu/train_runs.py)
+#   bash scripts/gpu/trinity_h200.sh settings        print the extra `train` settings of each step
+#                                                    (KEY=VALUE, one line per step and run)
 #   bash scripts/gpu/trinity_h200.sh wait SECONDS    follow the runs until all end or SECONDS pass,
 #                                                    then `collect` what they have written so far
 #   bash scripts/gpu/trinity_h200.sh collect         pack each run's event files, configs and logs
@@ -49,14 +54,27 @@ EXPERIMENT_ARGS="buffer.total_steps=40 tuner.algorithm.eval_interval_steps=10 ex
 # learning rate (the upstream 1e-6 against 5e-6).
 PILOT_ARGS="buffer.total_steps=20 tuner.algorithm.eval_interval_steps=10 explorer.rollout_model.enforce_eager=false"
 PILOT_RUNS="pilot_seq32_lr1e6 pilot_async16_lr5e6"
-export ARGS_pilot_seq32_lr1e6="algorithm.optimizer.lr=1e-6 tuner.algorithm.learning_rate=1e-6"
+# (Both runs name their runners: the Qwen configs have since taken the asynchronous ones. They
+# have also since turned the agent's console output off in the runners.)
+export ARGS_pilot_seq32_lr1e6="algorithm.optimizer.lr=1e-6 tuner.algorithm.learning_rate=1e-6 \
+explorer.concurrent_mode=sequential explorer.max_repeat_times_per_runner=1 explorer.runner_per_model=32"
 export ARGS_pilot_async16_lr5e6="algorithm.optimizer.lr=5e-6 tuner.algorithm.learning_rate=5e-6 \
 explorer.concurrent_mode=asynchronous explorer.max_repeat_times_per_runner=null explorer.runner_per_model=16"
+# The Qwen policy's pair (random and difficulty_based side by side, one seed), the same in
+# every stretch: the pilot's shape (20 steps, held-out evaluation at 0, 10 and 20) with the
+# trainer's memory cut so that two trainers share the GPU (the pilot's alone peaked at 115 GiB):
+# micro-batches of at most 4,096 tokens instead of 8,192 (half the float32 logits of a
+# 151,936-word vocabulary) and the entropy computed in chunks, recomputed in the backward pass.
+# Not yet run as a pair.
+QWEN_ARGS=${QWEN_ARGS:-"buffer.total_steps=20 tuner.algorithm.eval_interval_steps=10 \
+trainer.max_token_len_per_gpu=4096 trainer.trainer_config.actor.entropy_from_logits_with_chunking=true \
+trainer.trainer_config.actor.entropy_checkpointing=true \
+trainer.trainer_config.ref.entropy_from_logits_with_chunking=true"}
 seed_args() {
   echo "buffer.explorer_input.taskset.data_selector.seed=$1 explorer.rollout_model.seed=$1"
 }
 
-case "${1:?usage: trinity_h200.sh part|qpart|pilot|start|experiment|local|wait|collect ...}" in
+case "${1:?usage: trinity_h200.sh part|qpart|pilot|qwen|start|experiment|local|settings|wait|collect ...}" in
 part)
   copy_part "${2:?DIR}"
   ;;
@@ -68,6 +86,21 @@ pilot)
   specs=()
   for name in $PILOT_RUNS; do specs+=("$name=configs/config_random_qwen.yaml"); done
   MODEL_FILE=$W/qwen.gguf TRAIN_ARGS="$PILOT_ARGS $(seed_args 0) ${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
+  ;;
+settings)
+  echo "experiment $EXPERIMENT_ARGS"
+  for name in $PILOT_RUNS; do own="ARGS_$name"; echo "$name $PILOT_ARGS ${!own}"; done
+  echo "qwen $QWEN_ARGS"
+  ;;
+qwen)
+  shift; mkdir -p "$W"; join_model "$W/qwen.gguf"; specs=()
+  for seed in "${@:?SEED...}"; do
+    for sel in random difficulty; do
+      export "ARGS_${sel}_qwen_seed$seed=$(seed_args "$seed")"
+      specs+=("${sel}_qwen_seed$seed=configs/config_${sel}_qwen.yaml")
+    done
+  done
+  MODEL_FILE=$W/qwen.gguf TRAIN_ARGS="$QWEN_ARGS ${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
   ;;
 start)
   shift

@@ -175,6 +175,17 @@ def test_reference_settings_override_the_yaml(tmp_path):
     assert any("does not forward TunerModelConfig.temperature=0.7" in n for n in plan.notes)
 
 
+def test_a_learning_rate_in_exponent_notation_is_a_number(tmp_path):
+    """``1e-6`` on the command line is the number (PyYAML alone reads it as a string, which
+    the tuner's settings would then carry)."""
+    plan = launch.load_plan(CONFIGS / "config_random_qwen.yaml",
+                            ["tuner.algorithm.learning_rate=2e-6", "algorithm.optimizer.lr=2E-6"],
+                            tmp_path)
+    assert plan.settings["algorithm"]["learning_rate"] == 2e-6
+    assert plan.config.algorithm.optimizer.lr == 2e-6
+    assert launch.parse_override("tuner.judge=1e3x") == ("tuner.judge", "1e3x")
+
+
 def test_small_variants_carry_their_own_tuner_block(tmp_path):
     plan = launch.load_plan(CONFIGS / "config_difficulty_1gpu.yaml", work_dir=tmp_path)
     assert plan.config.mode == "colocate"
