@@ -201,6 +201,46 @@ def engine_timing(folder: str | Path) -> pd.Series:
     return pd.Series(facts, name=folder.name)
 
 
+def pilot_table(folder: str | Path) -> pd.DataFrame:
+    """One row per run of a pilot folder (runs of one selector and seed that differ in their
+    settings, ``results/trinity_h200_qwen_pilot/``): its learning rate and workflow runners
+    (from ``launched_config.yaml``), the last step it logged, the held-out accuracy at each
+    evaluation (three decimals), the minutes from ``train`` to step 1, the median whole step
+    and the trainer's peak GPU memory."""
+    import yaml
+
+    from mathagent.results import read_run
+
+    folder = Path(folder)
+    start_file, phase_file = folder / "startup.csv", folder / "phase_times.csv"
+    memory_file = folder / "gpu_memory.csv"
+    start, phases, memory = _read_csv(start_file), _read_csv(phase_file), _read_csv(memory_file)
+    step1 = _row(start, "step 1 starts", start_file)
+    whole = _row(phases, "whole step", phase_file)
+    trainer = _row(memory, "trainer", memory_file)
+    rows = {}
+    for run in sorted(p.parent for p in folder.glob("*/params.json")):
+        launched = run / "launched_config.yaml"
+        if not launched.is_file():
+            raise RunError(f"{launched}: no such file")
+        config = yaml.safe_load(launched.read_text())
+        explorer = config.get("explorer", {})
+        table = read_run(run)
+        row = {"learning rate": f"{float(config['algorithm']['optimizer']['lr']):g}",
+               "workflow runners": f"{explorer.get('runner_per_model')} "
+                                   f"{explorer.get('concurrent_mode', 'sequential')}",
+               "steps logged": int(table["step"].max())}
+        for step, acc in table.dropna(subset=["eval_accuracy"])[["step", "eval_accuracy"]].values:
+            row[f"held-out accuracy, step {int(step)}"] = f"{acc:.3f}"
+        row["minutes to step 1"] = f"{step1[run.name]:.2f}"
+        row["whole step, s"] = fmt(whole[run.name])
+        row["trainer peak, GiB"] = f"{trainer[run.name]:.1f}"
+        rows[run.name] = row
+    if not rows:
+        raise RunError(f"{folder}: no run folder with a params.json")
+    return pd.DataFrame(rows).T.fillna("-")
+
+
 def whole_step(folder: str | Path) -> str:
     """The range of the median whole-step seconds of a results folder's runs
     (``phase_times.csv`` of Trinity runs, ``step_times.csv`` of ``train-local`` runs)."""

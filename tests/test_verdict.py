@@ -144,6 +144,28 @@ def test_engine_timing_agrees_with_the_committed_tables():
     assert 0 < compile_lo <= compile_hi < init_lo
 
 
+def test_pilot_table_reads_each_runs_settings_and_evaluations():
+    table = run_facts.pilot_table(paths.RESULTS_DIR / "trinity_h200_qwen_pilot")
+    fast, slow = table.loc["async16_lr5e6"], table.loc["seq32_lr1e6"]
+    assert (fast["learning rate"], slow["learning rate"]) == ("5e-06", "1e-06")
+    assert (fast["workflow runners"], slow["workflow runners"]) == ("16 asynchronous",
+                                                                    "32 sequential")
+    run = results.read_run(paths.RESULTS_DIR / "trinity_h200_qwen_pilot" / "async16_lr5e6")
+    assert fast["held-out accuracy, step 20"] == f"{run['eval_accuracy'].dropna().iloc[-1]:.3f}"
+    assert slow["held-out accuracy, step 10"] == "-"  # it stopped before its second evaluation
+    assert float(fast["minutes to step 1"]) < float(slow["minutes to step 1"])
+
+
+def test_pilot_table_names_a_run_without_its_launched_config(tmp_path):
+    folder = paths.RESULTS_DIR / "trinity_h200_qwen_pilot"
+    for name in ("startup.csv", "phase_times.csv", "gpu_memory.csv"):
+        (tmp_path / name).write_bytes((folder / name).read_bytes())
+    (tmp_path / "async16_lr5e6").mkdir()
+    (tmp_path / "async16_lr5e6" / "params.json").write_text("{}")
+    with pytest.raises(results.RunError, match="launched_config.yaml: no such file"):
+        run_facts.pilot_table(tmp_path)
+
+
 def test_engine_timing_names_a_log_without_vllm(tmp_path):
     run = tmp_path / "random_seed0"
     run.mkdir()
