@@ -271,3 +271,7 @@ def test_the_qwen_pilots_readme_states_what_its_event_files_and_tables_hold():
         assert f"{startup.loc['vLLM engine ready', run]:.2f}" in readme
     memory = pd.read_csv(PILOT / "gpu_memory.csv", index_col=0)
     assert f"{memory.loc['trainer (FSDP actor + reference)', 'async16_lr5e6']:.1f} GiB" in readme
+    # the project README's opening quotes the first and last evaluation
+    opening = (paths.REPO_ROOT / "README.md").read_text().split("\n## ")[0]
+    first, last = learned["eval_accuracy"].iloc[[0, -1]]
+    assert f"from {first:.3f} to {last:.3f}" in " ".join(opening.split())
