@@ -259,8 +259,10 @@ def whole_step(folder: str | Path) -> str:
 
 def saved_replies(run: str | Path, steps: int = 2) -> pd.DataFrame:
     """The replies a run kept (``samples.jsonl``) of its first and last ``steps`` steps:
-    ``step, question, truth, reward, words, response``. A run that keeps none (Trinity's event
-    files hold no text) raises :class:`RunError` saying so."""
+    ``step, question, truth, reward, words, response``. ``train-local`` keeps them; a Trinity
+    run keeps them where ``collect`` could read its experience buffer
+    (``scripts/gpu/buffer_samples.py``, no truth). A run that keeps none raises
+    :class:`RunError` saying so."""
     file = Path(run) / "samples.jsonl"
     if not file.is_file():
         raise RunError(f"{Path(run)}: no samples.jsonl (this run kept no replies)")
@@ -291,7 +293,9 @@ def replies_text(replies: pd.DataFrame, width: int = 100, max_chars: int = 240) 
     lines = []
     for step, group in replies.groupby("step", sort=True):
         first = group.iloc[0]
-        lines.append(f"step {step}: {first['question']} (truth {first['truth']})")
+        truth = first["truth"]  # Trinity's buffer keeps none (scripts/gpu/buffer_samples.py)
+        known = truth is not None and not (isinstance(truth, float) and math.isnan(truth))
+        lines.append(f"step {step}: {first['question']}" + (f" (truth {truth})" if known else ""))
         for _, r in group.iterrows():
             text = " ".join(str(r["response"]).split())
             if len(text) > max_chars:

@@ -72,6 +72,9 @@ def test_wait_collects_finished_and_running_runs(tmp_path):
             "random_seed1/monitor/tensorboard/trainer/events.out.tfevents.1",
             "random_seed1/start_end_epoch.txt"} <= names
     assert not any("global_step" in n for n in names)
+    # a run without an experience buffer is packed without samples, and says so in one line
+    assert "random_seed1: no buffer samples: " in done.stdout
+    assert not any("/samples" in n for n in names)
     assert "step 40" in log
     # the agent's printed replies and vLLM's access lines stay behind; log lines and errors come
     assert "workers initialized" in log and "workflow_runner.py:100] ready" in log

@@ -154,6 +154,9 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
         shutil.copyfile(src / name, run / name)
     (run / "train.log").write_text(log)
     (run / "start_end_epoch.txt").write_text(f"{t0.timestamp():.0f} {t0.timestamp() + 310:.0f}")
+    (run / "samples").mkdir()   # what buffer_samples.py wrote from the run's experience buffer
+    (run / "samples" / "samples.jsonl").write_text('{"step": 1}\n')
+    (run / "samples" / "buffer_steps.csv").write_text("step,experiences\n1,128\n")
     collected = tmp_path / "collected"
     collected.mkdir()
     with tarfile.open(collected / "diff.tgz", "w:gz") as tar:
@@ -191,6 +194,8 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
     assert len(pd.read_csv(out / "trinity_h200.csv")) == 23  # steps 0-22
     assert json.loads((out / "difficulty_seed42" / "timings.json").read_text())[
         "whole_step_s"] == {"step 1": 16.0, "step 2": 18.0}
+    assert (out / "difficulty_seed42" / "samples.jsonl").read_text() == '{"step": 1}\n'
+    assert (out / "difficulty_seed42" / "buffer_steps.csv").read_text().endswith("1,128\n")
     # an existing run folder is kept unless --force
     again = script()
     assert again.returncode == 2 and "--force" in again.stderr

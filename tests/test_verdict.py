@@ -210,3 +210,16 @@ def test_saved_replies_show_first_and_last_steps(tmp_path):
     (tmp_path / "samples.jsonl").write_text('{"step": 1}\n')
     with pytest.raises(results.RunError, match="line 1 is not a saved reply"):
         run_facts.saved_replies(tmp_path)
+
+
+def test_replies_of_a_trinity_buffer_read_without_a_truth(tmp_path):
+    """scripts/gpu/buffer_samples.py writes Trinity's replies with train-local's keys and a
+    null truth: they read and print the same way, without a made-up reference answer."""
+    records = [{"step": 1, "question": "Evaluate 2 + 3.", "truth": None, "reward": 1.0,
+                "response": "\\boxed{5}", "task_id": "7", "run_id": 0},
+               {"step": 20, "question": "Evaluate 4 x 3.", "truth": None, "reward": 0.0,
+                "response": "It is 13.", "task_id": "9", "run_id": 0}]
+    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    text = run_facts.replies_text(run_facts.saved_replies(tmp_path, steps=1))
+    assert "step 1: Evaluate 2 + 3." in text and "step 20: Evaluate 4 x 3." in text
+    assert "truth" not in text and "reward 0, 3 words" in text

@@ -69,6 +69,21 @@ torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__vers
 # level) or a vLLM access line; lines naming an error are kept
 CHATTER='"(GET|POST) /|\(WorkflowRunner pid=\d+\)\S* (?!INFO|WARNING|ERROR)(?!.*(Error|Traceback|Exception))'
 
+# buffer_samples NAME JOB DIR: the replies of the first and last explore step
+# (samples.jsonl) and one row per explore step (buffer_steps.csv) from the experience buffer
+# of JOB into DIR (scripts/gpu/buffer_samples.py, decoding with the run's model folder); a
+# run with no buffer yet, or one that cannot be read, is packed without them
+buffer_samples() {
+  local said
+  if said=$( (if [ -f "$B/env.sh" ]; then source "$B/env.sh"; fi
+              tok=(); [ -d "$W/model" ] && tok=(--tokenizer "$W/model")
+              timeout 180 python3 scripts/gpu/buffer_samples.py "$2" "$3" "${tok[@]}") 2>&1); then
+    log "$1: $(echo "$said" | tail -1)"
+  else
+    rm -rf "$3"; log "$1: no buffer samples: $(echo "${said:-stopped after 180 s}" | tail -1)"
+  fi
+}
+
 # pack run NAME (event files, configs, meta files, the log, its start and end) into
 # $OUT/NAME.tgz, finished or not
 pack_run() {
@@ -80,6 +95,7 @@ pack_run() {
     (cd "$job" && find . -path ./global_step_\* -prune -o -path ./buffer -prune -o -type f \
       \( -name 'events.out.tfevents*' -o -name '*.yaml' -o -name '*.json' \) -size -8M -print \
       | tar -cf - -T -) | tar -xf - -C "$d" || tar_ok $?
+    buffer_samples "$name" "$job" "$d/samples"
   fi
   cp "$W"/runs/$name/train/*/trinity_config.yaml "$d/launched_config.yaml" 2>/dev/null || true
   # the log without the agent's printed replies and vLLM's access lines (nearly all of its

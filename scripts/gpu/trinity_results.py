@@ -7,8 +7,11 @@
 per-process memory). ``OUT`` gets one folder per run (event files, ``params.json``, the
 config handed to ``tune()``, Trinity's meta files, a log excerpt, Trinity's whole runtime
 ``Config`` as it printed it, and ``timings.json``: start-up milestones, peak GPU memory per
-role and the seconds of every step, read from the log). Beside the run folders, from *every*
-run folder in ``OUT`` (so the seeds of later stretches of GPU time join those already there):
+role and the seconds of every step, read from the log; and where ``collect`` could read the
+run's experience buffer, ``samples.jsonl`` and ``buffer_steps.csv`` from ``buffer_samples.py``:
+replies of the first and last explore step, numbers per explore step). Beside the run
+folders, from *every* run folder in ``OUT`` (so the seeds of later stretches of GPU time join
+those already there):
 the tidy table (``trinity_h200.csv``), the figures and ETR/TTB/BSF from
 ``mathagent.results.draw``, the median time of each phase (``phase_times.csv``), the start-up
 milestones (``startup.csv``) and the peak GPU memory per run and role (``gpu_memory.csv``).
@@ -140,6 +143,11 @@ def add_run(collected: Path, name: str, dest: Path, apps: pd.DataFrame) -> None:
         for f in ("params.json", "launched_config.yaml", "explorer_meta.json",
                   "trainer_meta.json"):
             shutil.copyfile(src / f, dest / f)
+        # replies of the first and last explore step and the per-step table of the
+        # experience buffer (scripts/gpu/buffer_samples.py), where collect could read it
+        for f in ("samples.jsonl", "buffer_steps.csv"):
+            if (src / "samples" / f).is_file():
+                shutil.copyfile(src / "samples" / f, dest / f)
         log = (src / "train.log").read_text(errors="replace")
         t0, t1 = map(float, (src / "start_end_epoch.txt").read_text().split())
     (dest / "train_log_excerpt.txt").write_text(log_excerpt(log))

@@ -1,0 +1,251 @@
+"""``scripts/gpu/buffer_samples.py``: replies and per-step numbers from a run's experience buffer.
+
+The buffer is written by Trinity-RFT's own code, the way a run's experience pipeline writes
+its input: an SQL buffer writer named ``pipeline_input`` on ``<job>/buffer/explorer_output.db``
+(``trinity.buffer.pipelines.experience_pipeline``), without Ray. It holds three explore steps
+of made-up experiences with known texts, rewards and tool calls; the script runs as a
+subprocess, as on the GPU machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bounds import hang_bound
+
+from mathagent import paths
+
+SCRIPT = paths.REPO_ROOT / "scripts" / "gpu" / "buffer_samples.py"
+# Trinity's SQL writer declares a table's classes anew each time it opens it
+pytestmark = pytest.mark.filterwarnings("ignore:This declarative base already contains")
+SYSTEM = {"role": "system", "content": "Solve the task."}
+
+
+def chatml(question: str) -> str:
+    return (f"<|im_start|>system\nSolve the task.<|im_end|>\n<|im_start|>user\n{question}"
+            f"<|im_end|>\n<|im_start|>assistant\n")
+
+
+def experience(step: int, task: str, run: int, reward: float, *, response_tokens: int = 3,
+               version: int | None = None, prompt_text: str | None = None,
+               response_text: str | None = None, messages: list | None = None,
+               tokens: list[int] | None = None, prompt_length: int | None = None):
+    from trinity.common.experience import EID, Experience
+
+    if tokens is None:
+        prompt_length = 5
+        tokens = list(range(prompt_length + response_tokens))
+    return Experience(
+        eid=EID(batch=step, task=task, run=run), tokens=tokens, prompt_length=prompt_length,
+        reward=reward, prompt_text=prompt_text, response_text=response_text, messages=messages,
+        info={"model_version": step - 1 if version is None else version})
+
+
+def write_buffer(job: Path, experiences: list) -> Path:
+    """Write ``experiences`` as the experience pipeline saves its input."""
+    from trinity.buffer.buffer import get_buffer_writer
+    from trinity.common.config import StorageConfig
+
+    db = job / "buffer" / "explorer_output.db"
+    db.parent.mkdir(parents=True, exist_ok=True)
+    writer = get_buffer_writer(StorageConfig(
+        name="pipeline_input", storage_type="sql", path=f"sqlite:///{db}",
+        schema_type="experience", wrap_in_ray=False))
+
+    async def write() -> None:
+        for exp in experiences:   # one write per experience, as runs finish
+            await writer.write([exp])
+        engine = (await writer._get_async_storage()).engine
+        await engine.dispose()
+
+    asyncio.run(write())
+    return db
+
+
+CALL = '<tool_call>{"name": "calc", "arguments": {"expr": "7*6"}}</tool_call>'
+LONG = "x" * 3000 + "THE END"
+
+
+def three_steps() -> list:
+    q7 = [SYSTEM, {"role": "user", "content": "What is 7*6?"}]
+    return [
+        # step 1, in write order: task 10 before task 2, and run 0 of task 0 calls the model
+        # twice (a tool call, then the answer)
+        experience(1, "10", 0, 1.0, prompt_text=chatml("What is 10+10?"),
+                   response_text="\\boxed{20}", response_tokens=2),
+        experience(1, "0", 0, 0.0, messages=q7, response_text=f"Let me compute.\n{CALL}",
+                   response_tokens=6),
+        experience(1, "0", 0, 0.0, messages=q7 + [
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "a"}]},
+            {"role": "tool", "content": "42"}], response_text="\\boxed{41}", response_tokens=4),
+        experience(1, "2", 0, 1.0, prompt_text=chatml("What is 2+2?"),
+                   response_text="\\boxed{4}", response_tokens=2),
+        experience(1, "0", 1, 1.0, messages=q7, response_text="\\boxed{42}", response_tokens=2),
+        experience(1, "2", 1, 0.0, prompt_text=chatml("What is 2+2?"),
+                   response_text="\\boxed{5}", response_tokens=2),
+        # step 2: not sampled, but a row of the table
+        experience(2, "5", 0, 0.5, prompt_text=chatml("Middle?"), response_text=CALL,
+                   response_tokens=10),
+        experience(2, "5", 1, 1.0, prompt_text=chatml("Middle?"), response_text="\\boxed{1}",
+                   response_tokens=20),
+        # step 3: a reply of two tool calls kept as messages, and a long reply
+        experience(3, "1", 0, 0.0, messages=[
+            SYSTEM, {"role": "user", "content": [{"type": "text", "text": "Last question?"}]},
+            {"role": "assistant", "content": "Two calls.",
+             "tool_calls": [{"id": "a"}, {"id": "b"}]}], response_tokens=8),
+        experience(3, "1", 1, 1.0, version=1, prompt_text=chatml("Last question?"),
+                   response_text=LONG, response_tokens=1000),
+    ]
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True,
+                          text=True, timeout=hang_bound(300))
+
+
+def read_outputs(out: Path) -> tuple[list[dict], list[dict]]:
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    with open(out / "buffer_steps.csv") as f:
+        steps = list(csv.DictReader(f))
+    return samples, steps
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """The script's outputs for a checkpoint root above a job folder with three steps."""
+    root = tmp_path_factory.mktemp("ckpt")
+    write_buffer(root / "Project" / "Name", three_steps())
+    out = root.parent / "samples"
+    done = run_script(root, out, "--per-step", "3")
+    assert done.returncode == 0, done.stderr
+    assert "10 experiences of steps 1-3" in done.stdout
+    return read_outputs(out)
+
+
+def test_samples_are_the_first_and_last_step_by_run_then_task(written):
+    samples, _ = written
+    # step 1: run 0 of task 0 (both calls), then task 2 (task ids in number order, not as
+    # text and not in write order); step 2 is skipped; step 3 has two experiences
+    assert [(s["step"], s["task_id"], s["run_id"]) for s in samples] == [
+        (1, "0", 0), (1, "0", 0), (1, "2", 0), (3, "1", 0), (3, "1", 1)]
+    first, second, third, fourth, fifth = samples
+    assert first["question"] == second["question"] == "What is 7*6?"   # the last user message
+    assert third["question"] == "What is 2+2?"                          # from the ChatML prompt
+    assert fourth["question"] == "Last question?"                       # a list of parts
+    assert first["response"] == f"Let me compute.\n{CALL}" and first["tool_calls"] == 1
+    assert second["response"] == "\\boxed{41}" and second["tool_calls"] == 0
+    assert fourth["response"] == "Two calls." and fourth["tool_calls"] == 2
+    assert (first["reward"], third["reward"], fifth["reward"]) == (0.0, 1.0, 1.0)
+    assert (first["model_version"], fifth["model_version"]) == (0, 1)
+    assert (first["response_tokens"], fifth["response_tokens"]) == (6, 1000)
+    assert set(first) == {"step", "model_version", "task_id", "run_id", "reward", "question",
+                          "response", "truth", "tool_calls", "response_tokens"}
+
+
+def test_long_texts_keep_their_start_and_end_around_a_marker(written):
+    samples, _ = written
+    reply = samples[-1]["response"]
+    assert reply.startswith("x" * 1000) and reply.endswith("x" * 993 + "THE END")
+    assert "[... 1007 characters cut ...]" in reply
+    assert len(reply) < 2100
+
+
+def test_step_table_counts_experiences_runs_rewards_lengths_and_tool_calls(written):
+    _, steps = written
+    assert [row["step"] for row in steps] == ["1", "2", "3"]
+    one, two, three = steps
+    assert one == {"step": "1", "model_version": "0", "experiences": "6", "tasks": "3",
+                   "agent_runs": "5", "mean_reward": "0.5", "mean_response_tokens": "3.0",
+                   "tool_call_rate": "0.1667", "multi_call_run_share": "0.2"}
+    assert (two["mean_reward"], two["mean_response_tokens"], two["tool_call_rate"]) == \
+        ("0.75", "15.0", "0.5")
+    assert (three["model_version"], three["tool_call_rate"], three["multi_call_run_share"]) == \
+        ("1-2", "0.5", "0.0")
+
+
+def test_a_folder_without_a_buffer_or_with_an_empty_one_is_one_line_and_status_2(tmp_path):
+    job = tmp_path / "job"
+    (job / "monitor").mkdir(parents=True)
+    done = run_script(job, tmp_path / "out")
+    assert done.returncode == 2
+    assert done.stderr == f"buffer_samples.py: {job}: no experience database (*.db) under it\n"
+    assert not (tmp_path / "out").exists()
+
+    db = write_buffer(job, [])
+    done = run_script(job, tmp_path / "out")
+    assert done.returncode == 2
+    assert done.stderr == \
+        f"buffer_samples.py: {db}: the experience buffer (pipeline_input) is empty\n"
+
+    done = run_script(tmp_path / "missing", tmp_path / "out")
+    assert (done.returncode, done.stderr.count("\n")) == (2, 1)
+    assert "missing: no such folder" in done.stderr
+
+
+def test_with_a_tokenizer_question_and_reply_come_from_the_token_ids(tmp_path):
+    """A recorded chat completion keeps token ids and the reply's content only; vLLM's tool
+    parser took the tool call out of that content."""
+    tokenizers = pytest.importorskip("tokenizers")
+    specials = ["<|im_start|>", "<|im_end|>"]
+    alphabet = tokenizers.pre_tokenizers.ByteLevel.alphabet()
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE(
+        vocab={c: i for i, c in enumerate(sorted(alphabet))}, merges=[]))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    tok.add_special_tokens(specials)
+    tok.add_tokens(["<tool_call>", "</tool_call>"])
+    folder = tmp_path / "model"
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>"}))
+
+    prompt = tok.encode(chatml("What is 6*7?")).ids
+    answer = tok.encode(f"{CALL}<|im_end|>").ids
+    exp = experience(1, "0", 0, 1.0, tokens=prompt + answer, prompt_length=len(prompt),
+                     response_text="")
+    write_buffer(tmp_path / "job", [exp])
+    done = run_script(tmp_path / "job", tmp_path / "out", "--tokenizer", folder)
+    assert done.returncode == 0, done.stderr
+    samples, steps = read_outputs(tmp_path / "out")
+    assert samples[0]["question"] == "What is 6*7?"
+    assert samples[0]["response"] == CALL and samples[0]["tool_calls"] == 1
+    assert steps[0]["tool_call_rate"] == "1.0"
+
+    done = run_script(tmp_path / "job", tmp_path / "out2")   # without: content only
+    samples, _ = read_outputs(tmp_path / "out2")
+    assert (samples[0]["question"], samples[0]["response"], samples[0]["tool_calls"]) == \
+        (None, "", 0)
+
+
+def test_collect_packs_the_samples_with_the_run(tmp_path):
+    """``trinity_h200.sh collect`` runs the script on each run's job folder: the two files
+    travel in the run's tgz."""
+    import tarfile
+
+    from test_gpu_scripts import SCRIPT as RUN_SCRIPT
+    from test_gpu_scripts import make_work
+
+    w, out = tmp_path / "w", tmp_path / "out"
+    make_work(w)
+    write_buffer(w / "ckpt" / "random_seed1" / "Project" / "Name", three_steps())
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"   # python3: this interpreter
+    env = {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b"), "PATH": path}
+    done = subprocess.run(["bash", str(RUN_SCRIPT), "collect"], env=env, capture_output=True,
+                          text=True, timeout=hang_bound(300))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "random_seed1: " in done.stdout and "10 experiences of steps 1-3" in done.stdout
+    with tarfile.open(out / "random_seed1.tgz") as tar:
+        steps = tar.extractfile("random_seed1/samples/buffer_steps.csv").read().decode()
+        samples = tar.extractfile("random_seed1/samples/samples.jsonl").read().decode()
+        names = tar.getnames()
+    assert steps.splitlines()[1].startswith("1,0,6,3,5,0.5,")
+    assert len(samples.splitlines()) == 6 + 2   # all of steps 1 and 3: fewer than 16 each
+    assert not any(n.endswith(".db") for n in names)   # the buffer itself stays behind
