@@ -146,9 +146,13 @@ def test_the_run_steps_settings_load_through_trinity(tmp_path):
             assert config.buffer.explorer_input.taskset.data_selector.seed == 1
             assert config.explorer.rollout_model.enforce_eager is False
             assert config.buffer.total_steps == (40 if step == "experiment" else 20)
-            if step == "qwen":
-                assert config.trainer.max_token_len_per_gpu == 4096
-                assert config.trainer.trainer_config["actor"]["entropy_checkpointing"] is True
+            if step == "qwen":  # what verl's FSDP engine gets, built by Trinity itself
+                from trinity.trainer.verl.config import build_verl_config
+
+                verl = build_verl_config(config)
+                assert verl.actor.ppo_max_token_len_per_gpu == 4096
+                assert verl.actor.fsdp_config.entropy_from_logits_with_chunking is True
+                assert verl.actor.fsdp_config.entropy_checkpointing is True
             if step.startswith("pilot"):
                 lr = 1e-6 if "lr1e6" in step else 5e-6
                 assert config.algorithm.optimizer.lr == lr

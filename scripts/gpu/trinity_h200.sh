@@ -64,12 +64,12 @@ explorer.concurrent_mode=asynchronous explorer.max_repeat_times_per_runner=null 
 # every stretch: the pilot's shape (20 steps, held-out evaluation at 0, 10 and 20) with the
 # trainer's memory cut so that two trainers share the GPU (the pilot's alone peaked at 115 GiB):
 # micro-batches of at most 4,096 tokens instead of 8,192 (half the float32 logits of a
-# 151,936-word vocabulary) and the entropy computed in chunks, recomputed in the backward pass.
-# Not yet run as a pair.
+# 151,936-word vocabulary) and the entropy computed in chunks, recomputed in the backward pass
+# (verl 0.8's FSDP engine reads both from the actor's fsdp_config, not from the actor's own
+# keys of the same names). Not yet run as a pair.
 QWEN_ARGS=${QWEN_ARGS:-"buffer.total_steps=20 tuner.algorithm.eval_interval_steps=10 \
-trainer.max_token_len_per_gpu=4096 trainer.trainer_config.actor.entropy_from_logits_with_chunking=true \
-trainer.trainer_config.actor.entropy_checkpointing=true \
-trainer.trainer_config.ref.entropy_from_logits_with_chunking=true"}
+trainer.max_token_len_per_gpu=4096 trainer.trainer_config.actor.fsdp_config.entropy_from_logits_with_chunking=true \
+trainer.trainer_config.actor.fsdp_config.entropy_checkpointing=true"}
 seed_args() {
   echo "buffer.explorer_input.taskset.data_selector.seed=$1 explorer.rollout_model.seed=$1"
 }
