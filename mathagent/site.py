@@ -11,7 +11,9 @@ The build refuses to leave a page a reader would trip over, with one line naming
 notebook with an error output, an image that does not load (a missing file, an empty or
 undecodable embedded image, one fetched from the network), an empty page. The folder is
 written beside its target and swapped in (:mod:`mathagent.outputs`), so a failed build
-leaves the previous site as it was.
+leaves the previous site as it was. ``--browser-check`` then opens every page in headless
+Chromium and runs the same checks on the page as a reader's browser shows it, saving a
+screenshot of each (:mod:`mathagent.browser`).
 """
 
 from __future__ import annotations
@@ -311,6 +313,13 @@ def site_parser(parser: argparse.ArgumentParser) -> None:
                         help="with --run: the quick variant of every notebook")
     parser.add_argument("--out", type=Path, help="site folder (default: RUN_DIR/site)")
     parser.add_argument("--force", action="store_true", help="replace an existing site folder")
+    parser.add_argument("--browser-check", action="store_true",
+                        help="open every page of the site in headless Chromium and check it "
+                             "(a site already built is checked as it is, unless --run or "
+                             "--force builds it again)")
+    parser.add_argument("--screenshots", type=Path, metavar="DIR",
+                        help="with --browser-check: where the page screenshots go "
+                             "(default: SITE-screenshots beside the site folder)")
 
 
 def site_command(args: argparse.Namespace) -> int:
@@ -332,11 +341,33 @@ def site_command(args: argparse.Namespace) -> int:
                 raise SiteError(f"{run_dir}: no such run folder")
         run_dir = run_dir.resolve()  # the kernels run from notebooks/, the site from here
         out = args.out or run_dir / "site"
+        if args.browser_check and not (args.run or args.force) and (out / "index.html").is_file():
+            return _browser_check(out, args.screenshots)
         report = build_site(run_dir, out, force=args.force or args.run)
     except (SiteError, ValueError) as exc:  # OutputError is a ValueError
         print(f"site: {exc}", file=sys.stderr)
         return 2
     print(report.summary())
+    if args.browser_check:
+        return _browser_check(out, args.screenshots)
     print(f"open it: python -m http.server -d {out} 8000, then http://127.0.0.1:8000/ "
           f"(or open {out / 'index.html'} directly)")
     return 0
+
+
+def _browser_check(out: Path, screenshots: Path | None) -> int:
+    from mathagent import browser
+
+    shots = screenshots or out.with_name(out.name + "-screenshots")
+    start = time.perf_counter()
+    try:
+        checks = browser.check_site(out, shots)
+    except browser.BrowserError as exc:
+        print(f"site: {exc}", file=sys.stderr)
+        return 2
+    for check in checks:
+        print("\n".join(check.lines()))
+    bad = sum(not c.ok for c in checks)
+    print(f"browser check: {len(checks) - bad} of {len(checks)} pages ok in "
+          f"{time.perf_counter() - start:.1f} s; screenshots in {shots}")
+    return 1 if bad else 0

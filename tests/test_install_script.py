@@ -20,7 +20,7 @@ SCRIPT = ROOT / "scripts" / "install.sh"
 
 @pytest.mark.parametrize("args, env, says", [
     (["--bogus"], {}, "error: unknown option --bogus (usage: bash scripts/install.sh "
-                      "[--qwen] [--pip])"),
+                      "[--qwen] [--browser] [--pip])"),
     ([], {"MATHAGENT_INSTALLER": "conda"},
      "error: MATHAGENT_INSTALLER is 'conda'; it takes uv (the default) or pip"),
 ])
