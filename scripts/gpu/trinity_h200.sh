@@ -73,6 +73,18 @@ trainer.trainer_config.actor.fsdp_config.entropy_checkpointing=true"}
 seed_args() {
   echo "buffer.explorer_input.taskset.data_selector.seed=$1 explorer.rollout_model.seed=$1"
 }
+# pairs RUN_SUFFIX CONFIG_SUFFIX SEED...: per SEED the random and the difficulty_based run,
+# NAME=configs/config_<selector>_CONFIG_SUFFIX.yaml into the array `specs`, the seed's settings
+# into ARGS_NAME (NAME: <selector>RUN_SUFFIX_seed<SEED>)
+pairs() {
+  local run=$1 conf=$2 seed sel; shift 2; specs=()
+  for seed in "${@:?SEED...}"; do
+    for sel in random difficulty; do
+      export "ARGS_${sel}${run}_seed$seed=$(seed_args "$seed")"
+      specs+=("${sel}${run}_seed$seed=configs/config_${sel}_${conf}.yaml")
+    done
+  done
+}
 
 case "${1:?usage: trinity_h200.sh part|qpart|pilot|qwen|start|experiment|local|settings|wait|collect ...}" in
 part)
@@ -93,13 +105,8 @@ settings)
   echo "qwen $QWEN_ARGS"
   ;;
 qwen)
-  shift; mkdir -p "$W"; join_model "$W/qwen.gguf"; specs=()
-  for seed in "${@:?SEED...}"; do
-    for sel in random difficulty; do
-      export "ARGS_${sel}_qwen_seed$seed=$(seed_args "$seed")"
-      specs+=("${sel}_qwen_seed$seed=configs/config_${sel}_qwen.yaml")
-    done
-  done
+  shift; mkdir -p "$W"; join_model "$W/qwen.gguf"
+  pairs _qwen qwen "$@"
   MODEL_FILE=$W/qwen.gguf TRAIN_ARGS="$QWEN_ARGS ${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
   ;;
 start)
@@ -123,13 +130,8 @@ start)
   done
   ;;
 experiment)
-  shift; specs=()
-  for seed in "${@:?SEED...}"; do
-    for sel in random difficulty; do
-      export "ARGS_${sel}_seed$seed=$(seed_args "$seed")"
-      specs+=("${sel}_seed$seed=configs/config_${sel}_arithmetic.yaml")
-    done
-  done
+  shift
+  pairs "" arithmetic "$@"
   TRAIN_ARGS="$EXPERIMENT_ARGS ${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
   if [ "${LOCAL:-1}" != 0 ]; then
     # shellcheck disable=SC2086  # LOCAL_SEEDS is a list of seeds
