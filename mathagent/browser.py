@@ -18,7 +18,6 @@ import base64
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -27,6 +26,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mathagent.reaper import stop_process_group
 from mathagent.site import MIN_TEXT_CHARS
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
@@ -117,7 +117,12 @@ class _DevTools:
 
         # suppress_origin: the browser refuses a websocket that names an origin it was not
         # told to allow (--remote-allow-origins), and this client is no web page.
-        self.ws = websocket.create_connection(url, timeout=START_TIMEOUT, suppress_origin=True)
+        try:
+            self.ws = websocket.create_connection(url, timeout=START_TIMEOUT,
+                                                  suppress_origin=True)
+        except (websocket.WebSocketException, OSError) as exc:
+            raise BrowserError(f"could not connect to the browser at {url} "
+                               f"({type(exc).__name__}: {exc})") from None
         self.last_id = 0
         self.events: list[dict] = []
 
@@ -179,7 +184,10 @@ def running_browser(program: str | None = None) -> Iterator[_DevTools]:
             # from a CDN, then leaves formulas as their LaTeX source).
             "--host-resolver-rules=MAP * ~NOTFOUND",
             f"--window-size={WIDTH},{HEIGHT}", "--hide-scrollbars", "--no-first-run",
-            "--no-default-browser-check", "--disable-extensions", "about:blank",
+            "--no-default-browser-check", "--disable-extensions",
+            # shared memory in /tmp: a container's small /dev/shm crashes tabs as tall as a
+            # full-page screenshot
+            "--disable-dev-shm-usage", "about:blank",
         ]
         # A session of its own, so that the browser's helper processes can be stopped with it
         # (the group holds only what this call started).
@@ -192,7 +200,7 @@ def running_browser(program: str | None = None) -> Iterator[_DevTools]:
         finally:
             if devtools is not None:
                 devtools.close()
-            _stop(proc)
+            stop_process_group(proc)
 
 
 def _devtools_url(profile: Path, proc: subprocess.Popen, program: str) -> str:
@@ -207,18 +215,6 @@ def _devtools_url(profile: Path, proc: subprocess.Popen, program: str) -> str:
             return f"ws://127.0.0.1:{lines[0]}{lines[1]}"
         time.sleep(0.1)
     raise BrowserError(f"{program} did not start within {START_TIMEOUT:.0f} s")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Ask the browser's process group to end, then end what is left of it after 10 s."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        with suppress(subprocess.TimeoutExpired):
-            proc.wait(10)
-    proc.wait()
 
 
 # -- one page --------------------------------------------------------------------------------
@@ -238,8 +234,14 @@ def check_page(devtools: _DevTools, page: Path, screenshot: Path | None = None) 
         except TimeoutError:
             result.problems.append(f"did not finish loading within {PAGE_TIMEOUT:.0f} s")
             return result
-        found = devtools.call("Runtime.evaluate", session, expression=_INSPECT,
-                              returnByValue=True)["result"]["value"]
+        evaluated = devtools.call("Runtime.evaluate", session, expression=_INSPECT,
+                                  returnByValue=True)
+        if "exceptionDetails" in evaluated or "value" not in evaluated.get("result", {}):
+            details = evaluated.get("exceptionDetails", {})
+            result.problems.append("the page's check script failed in the browser "
+                                   f"({details.get('text', 'no value returned')})")
+            return result
+        found = evaluated["result"]["value"]
         result.images, result.chars = found["images"], found["chars"]
         for src in found["broken"]:
             shown = src if len(src) <= 60 else src[:57] + "..."
@@ -251,7 +253,8 @@ def check_page(devtools: _DevTools, page: Path, screenshot: Path | None = None) 
         if screenshot is not None:
             result.screenshot = _screenshot(devtools, session, screenshot)
     finally:
-        devtools.call("Target.closeTarget", targetId=target)
+        with suppress(BrowserError):  # an error on the way here is the one to report
+            devtools.call("Target.closeTarget", targetId=target)
     return result
 
 

@@ -22,6 +22,34 @@ import time
 CREATE_TIME_TOLERANCE = 0.005
 
 
+def stop_process_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """Stop the process group that ``proc`` leads (started with ``start_new_session=True``,
+    so the group holds only what this package started): SIGTERM, then SIGKILL for whatever of
+    the group is left after ``grace`` seconds; return once ``proc`` has exited and the group is
+    gone (or ``grace`` seconds after the SIGKILL)."""
+    import signal
+
+    def signal_group(sig: int) -> bool:  # False: the group is gone
+        try:
+            os.killpg(proc.pid, sig)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def ended_within(seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not signal_group(0):
+                return True
+            time.sleep(0.05)
+        return False
+
+    if signal_group(signal.SIGTERM) and not ended_within(grace):
+        signal_group(signal.SIGKILL)
+        ended_within(grace)
+    proc.wait()
+
+
 def record(pids: list[int]) -> list[list[float]]:
     """``[pid, start time]`` of each live process in ``pids``."""
     import psutil

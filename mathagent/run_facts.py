@@ -204,7 +204,7 @@ def engine_timing(folder: str | Path) -> pd.Series:
 def pilot_table(folder: str | Path) -> pd.DataFrame:
     """One row per run of a pilot folder (runs of one selector and seed that differ in their
     settings, ``results/trinity_h200_qwen_pilot/``): its learning rate and workflow runners
-    (from ``launched_config.yaml``), the last step it logged, the held-out accuracy at each
+    (from ``launched_config.yaml``), its last explore step, the held-out accuracy at each
     evaluation (three decimals), the minutes from ``train`` to step 1, the median whole step
     and the trainer's peak GPU memory."""
     import yaml
@@ -229,7 +229,7 @@ def pilot_table(folder: str | Path) -> pd.DataFrame:
         row = {"learning rate": f"{float(config['algorithm']['optimizer']['lr']):g}",
                "workflow runners": f"{explorer.get('runner_per_model')} "
                                    f"{explorer.get('concurrent_mode', 'sequential')}",
-               "steps logged": int(table["step"].max())}
+               "last explore step": int(table["step"].max())}
         for step, acc in table.dropna(subset=["eval_accuracy"])[["step", "eval_accuracy"]].values:
             row[f"held-out accuracy, step {int(step)}"] = f"{acc:.3f}"
         row["minutes to step 1"] = f"{step1[run.name]:.2f}"

@@ -148,8 +148,9 @@ except browser.BrowserError as exc:
       exit 1
     fi
     echo "[install] Chromium (Debian's chromium package, with apt-get)"
-    apt-get update -q > /dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium > /dev/null
+    # waiting up to 5 minutes for dpkg's lock: a fresh machine may be upgrading itself
+    apt-get -o DPkg::Lock::Timeout=300 update -q > /dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q chromium > /dev/null
   fi
   chromium=$(find_browser)
   echo "[install] browser: $chromium ($("$chromium" --version 2>/dev/null))"

@@ -47,6 +47,8 @@ def make_work(w: Path) -> None:
         "\x1b[36m(WorkflowRunner pid=9)\x1b[0m INFO 12-04 07:21:19 [workflow_runner.py:100] ready\n"
         "\x1b[36m(WorkflowRunner pid=9)\x1b[0m ValueError: the judge failed\n"
         '\x1b[36m(vLLMRolloutModel pid=5)\x1b[0m INFO:  1.2.3.4:5 - "GET /health HTTP/1.1" 200 OK\n'
+        '\x1b[36m(vLLMRolloutModel pid=5)\x1b[0m INFO:  1.2.3.4:5 - "POST /v1/chat/completions '
+        'HTTP/1.1" 500 Internal Server Error\n'
         "Training at step 40 finished\n")
     metrics = w / "local" / "work" / "random-s1" / "metrics.csv"
     metrics.parent.mkdir(parents=True)
@@ -80,6 +82,7 @@ def test_wait_collects_finished_and_running_runs(tmp_path):
     assert "workers initialized" in log and "workflow_runner.py:100] ready" in log
     assert "ValueError: the judge failed" in log
     assert "boxed{179}" not in log and "multiply this sum" not in log and "/health" not in log
+    assert '"POST /v1/chat/completions HTTP/1.1" 500' in log  # a failed request is kept
     with tarfile.open(out / "local.tgz") as tar:
         metrics = tar.extractfile("local/work/random-s1/metrics.csv").read().decode()
     assert metrics.splitlines()[-1] == "2,0.2"  # packed as it stands, mid-run

@@ -65,7 +65,9 @@ def train_local_command(args: argparse.Namespace) -> int:
         return 2
     try:
         rows = trainer.train(progress=not args.no_progress)
-    except OSError as exc:  # e.g. the disk filled up while writing a checkpoint
+    # OSError: e.g. the disk filled up while writing a checkpoint; ValueError: e.g. a chat
+    # template that rewrites a reply once a tool message follows it
+    except (OSError, ValueError) as exc:
         print(f"train-local: {exc}; the last complete checkpoint stays in {run_dir}, "
               "resume with --resume", file=sys.stderr)
         return 1

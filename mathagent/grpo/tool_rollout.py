@@ -116,7 +116,9 @@ class PythonTool:
         the rendered conversation (:func:`tool_turn_ids`)."""
         probe = [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]
         call = json.dumps({"name": TOOL_NAME, "arguments": {"code": "1"}})
-        text = f"A <tool_call>{call}</tool_call>"
+        # space around the reply: a template that trims the content it writes fails here,
+        # not steps into a run
+        text = f"\nA <tool_call>{call}</tool_call>\n "
         ids = policy.tokenizer(text, add_special_tokens=False)["input_ids"]
         tool_turn_ids(policy, probe, Completion(ids=ids, text=text, finished=False),
                       [{"role": "tool", "content": "1"}], self.schemas)

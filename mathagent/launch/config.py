@@ -25,9 +25,9 @@ class ConfigError(ValueError):
     """A config that cannot be loaded; the message is one line naming the file and key."""
 
 
-#: A number in exponent notation without a decimal point (``1e-6``), which YAML 1.1 (PyYAML)
-#: reads as a string, YAML 1.2 and Python as a number.
-_EXPONENT_NUMBER = re.compile(r"[-+]?\d+[eE][-+]?\d+")
+#: A number in exponent notation (``1e-6``, ``1.5e-6``, ``.5e6``) that YAML 1.1 (PyYAML) reads
+#: as a string, YAML 1.2 and Python as a number.
+_EXPONENT_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)[eE][-+]?\d+")
 
 
 def parse_override(text: str) -> tuple[str, Any]:

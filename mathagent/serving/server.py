@@ -24,7 +24,6 @@ Three details of llama-cpp-python's server shape how it is started here:
 from __future__ import annotations
 
 import atexit
-import contextlib
 import importlib.util
 import json
 import os
@@ -39,6 +38,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from mathagent.reaper import stop_process_group
 from mathagent.serving.endpoint_settings import LOCAL_API_KEY, ModelSettings
 from mathagent.serving.errors import ServerStartError
 from mathagent.serving.logs import _owner_prefix, remove_stale_logs, temporary_log_dir
@@ -294,14 +294,7 @@ class LocalServer:
         atexit.unregister(self.stop)
         proc, self.process = self.process, None
         if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=grace)
+            stop_process_group(proc, grace)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

@@ -165,7 +165,12 @@ class Buffer:
         if ids is not None:
             query = query.where(self.meta.id.in_(ids))
         for row, blob in self.session.execute(query.execution_options(yield_per=chunk)):
-            yield row.id, row.to_experience(blob)
+            try:
+                experience = row.to_experience(blob)
+            except Exception as exc:  # a buffer written by another Trinity version's schema
+                raise BadInput(f"experience {row.id} of the buffer cannot be read with this "
+                               f"Trinity ({type(exc).__name__}: {exc})") from None
+            yield row.id, experience
 
     def close(self) -> None:
         self.session.close()
@@ -245,8 +250,11 @@ def reply(exp, tokenizer) -> str:
 
 
 def tool_calls(exp, text: str) -> int:
-    """The tool calls of the reply: the reply message's ``tool_calls`` where the experience
-    keeps its messages, else the ``<tool_call>`` tags in the reply's text."""
+    """The tool calls the reply writes, whichever tool they name (also one the agent was not
+    offered): the reply message's ``tool_calls`` where the experience keeps its messages
+    (vLLM's parser moves them there), else the ``<tool_call>`` tags in the reply's text. Not
+    ``train-local``'s ``rollout_tool_calls``, which counts the calls of the offered tool that
+    ran."""
     message = reply_message(exp)
     if message is not None and message.get("tool_calls"):
         return len(message["tool_calls"])

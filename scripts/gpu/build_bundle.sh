@@ -10,8 +10,8 @@
 # leaves out; vllm's wheel trimmed of kernels the one-GPU path never loads (FlashAttention-2,
 # MoE, its Rust frontend, deep_gemm builds for other Pythons); all installed with --no-deps into
 # one folder and packed with xz; plus the bundled model's GGUF file. Written to OUTDIR:
-#   part00, part01, ...   at most $PART_MIB MiB each (default 50: a part and the
-#                         repository, about 11 MiB, travel together under a 64 MiB limit)
+#   part00, part01, ...   at most $PART_MIB MiB each (default 50: one part and the
+#                         repository, about 11 MiB, travel to the GPU machine together)
 #   SHA256SUMS            checksums of every part and of the joined bundle.tar
 # scripts/gpu/install_bundle.sh unpacks them on the target. About 7 minutes on 2 cores.
 set -euo pipefail

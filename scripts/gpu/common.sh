@@ -47,7 +47,8 @@ join_model() {
 
 # install the bundle (once), run from a copy of the project (so the checkout can change while
 # the runs go on: this changes the working directory), check the imports, export the model file
-# MODEL_FILE (default: the bundled one) to $W/model (SKIP_EXPORT=1: not)
+# MODEL_FILE (default: the bundled one) to MODEL_DIR (default $W/model; one folder per model
+# file, so runs of another policy on the same machine never reuse it) (SKIP_EXPORT=1: not)
 setup() {
   local t0; t0=$(date +%s)
   [ -d "$B/site" ] || bash scripts/gpu/install_bundle.sh "$B" "$B"
@@ -59,28 +60,32 @@ setup() {
   [ -n "${SKIP_CHECK:-}" ] || python3 -c "import torch, transformers, vllm, trinity, verl, agentscope, ray; print('versions:', \
 torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__, \
 'ray', ray.__version__, 'agentscope', agentscope.__version__)"
-  [ -n "${SKIP_EXPORT:-}" ] || [ -d "$W/model" ] || python3 -m mathagent export-model "$W/model" \
+  [ -n "${SKIP_EXPORT:-}" ] || [ -d "${MODEL_DIR:-$W/model}" ] || python3 -m mathagent export-model "${MODEL_DIR:-$W/model}" \
     --model "${MODEL_FILE:-$(ls "$B"/*.gguf)}" \
     2>&1 | grep -v "it/s" | tail -2
   log "setup took $(( $(date +%s) - t0 )) s"
 }
 
 # a line the agent printed (a reply's continuation lines carry the runner's prefix and no log
-# level) or a vLLM access line; lines naming an error are kept
-CHATTER='"(GET|POST) /|\(WorkflowRunner pid=\d+\)\S* (?!INFO|WARNING|ERROR)(?!.*(Error|Traceback|Exception))'
+# level) or a vLLM access line that succeeded; lines naming an error, and 4xx/5xx answers,
+# are kept
+CHATTER='"(GET|POST) /[^"]*" [23]\d\d |\(WorkflowRunner pid=\d+\)\S* (?!INFO|WARNING|ERROR)(?!.*(Error|Traceback|Exception))'
 
 # buffer_samples NAME JOB DIR: the replies of the first and last explore step
 # (samples.jsonl) and one row per explore step (buffer_steps.csv) from the experience buffer
-# of JOB into DIR (scripts/gpu/buffer_samples.py, decoding with the run's model folder); a
-# run with no buffer yet, or one that cannot be read, is packed without them
+# of JOB into DIR (scripts/gpu/buffer_samples.py, decoding with the run's model folder, as
+# `start` recorded it in $W/NAME.model); a run with no buffer yet, or one that cannot be read
+# within 120 s (every `wait` collects again), is packed without them
 buffer_samples() {
   local said
   if said=$( (if [ -f "$B/env.sh" ]; then source "$B/env.sh"; fi
-              tok=(); [ -d "$W/model" ] && tok=(--tokenizer "$W/model")
-              timeout 180 python3 scripts/gpu/buffer_samples.py "$2" "$3" "${tok[@]}") 2>&1); then
+              model=$(cat "$W/$1.model" 2>/dev/null || echo "$W/model")
+              tok=(); [ -d "$model" ] && tok=(--tokenizer "$model")
+              timeout 120 python3 scripts/gpu/buffer_samples.py "$2" "$3" "${tok[@]}") 2>&1); then
     log "$1: $(echo "$said" | tail -1)"
   else
-    rm -rf "$3"; log "$1: no buffer samples: $(echo "${said:-stopped after 180 s}" | tail -1)"
+    [ $? -eq 124 ] && said="stopped after 120 s"
+    rm -rf "$3"; log "$1: no buffer samples: $(echo "$said" | tail -1)"
   fi
 }
 

@@ -97,7 +97,7 @@ pilot)
   mkdir -p "$W"; join_model "$W/qwen.gguf"
   specs=()
   for name in $PILOT_RUNS; do specs+=("$name=configs/config_random_qwen.yaml"); done
-  MODEL_FILE=$W/qwen.gguf TRAIN_ARGS="$PILOT_ARGS $(seed_args 0) ${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
+  MODEL_FILE=$W/qwen.gguf MODEL_DIR=$W/qwen-model TRAIN_ARGS="$PILOT_ARGS $(seed_args 0) ${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
   ;;
 settings)
   echo "experiment $EXPERIMENT_ARGS"
@@ -107,7 +107,7 @@ settings)
 qwen)
   shift; mkdir -p "$W"; join_model "$W/qwen.gguf"
   pairs _qwen qwen "$@"
-  MODEL_FILE=$W/qwen.gguf TRAIN_ARGS="$QWEN_ARGS ${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
+  MODEL_FILE=$W/qwen.gguf MODEL_DIR=$W/qwen-model TRAIN_ARGS="$QWEN_ARGS ${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
   ;;
 start)
   shift
@@ -116,7 +116,8 @@ start)
   for spec in "$@"; do
     name=${spec%%=*}; config=${spec#*=}
     export MATHAGENT_RUN_LABEL=$name MATHAGENT_RUNS=$W/runs/$name
-    export TRINITY_CHECKPOINT_ROOT_DIR=$W/ckpt/$name TRINITY_MODEL_PATH=$W/model
+    export TRINITY_CHECKPOINT_ROOT_DIR=$W/ckpt/$name TRINITY_MODEL_PATH=${MODEL_DIR:-$W/model}
+    echo "$TRINITY_MODEL_PATH" > "$W/$name.model"   # the model of the run (collect decodes with it)
     # vLLM's compile cache per run: runs compiling at the same time do not share files
     export VLLM_CACHE_ROOT=$W/vllm_cache/$name
     python3 -m mathagent ray start --temp-dir "/tmp/ray_$name" \

@@ -184,6 +184,8 @@ def test_a_learning_rate_in_exponent_notation_is_a_number(tmp_path):
     assert plan.settings["algorithm"]["learning_rate"] == 2e-6
     assert plan.config.algorithm.optimizer.lr == 2e-6
     assert launch.parse_override("tuner.judge=1e3x") == ("tuner.judge", "1e3x")
+    for text, number in [("1.5e-6", 1.5e-6), (".5e6", 5e5), ("-2e3", -2000.0)]:
+        assert launch.parse_override(f"a.b={text}") == ("a.b", number)
 
 
 def test_small_variants_carry_their_own_tuner_block(tmp_path):
