@@ -148,12 +148,17 @@ def test_the_run_steps_settings_load_through_trinity(tmp_path):
             config = plan.config
             assert config.buffer.explorer_input.taskset.data_selector.seed == 1
             assert config.explorer.rollout_model.enforce_eager is False
-            assert config.buffer.total_steps == (40 if step == "experiment" else 20)
+            steps_of = {"experiment": 40, "qwen": 16}
+            assert config.buffer.total_steps == steps_of.get(step, 20)
+            assert config.explorer.eval_interval == (8 if step == "qwen" else 10)
             if step == "qwen":  # what verl's FSDP engine gets, built by Trinity itself
                 from trinity.trainer.verl.config import build_verl_config
 
                 verl = build_verl_config(config)
                 assert verl.actor.ppo_max_token_len_per_gpu == 4096
+                # the reference model's and the old policy's log-probabilities too
+                assert verl.ref.log_prob_max_token_len_per_gpu == 4096
+                assert verl.rollout.log_prob_max_token_len_per_gpu == 4096
                 assert verl.actor.fsdp_config.entropy_from_logits_with_chunking is True
                 assert verl.actor.fsdp_config.entropy_checkpointing is True
             if step.startswith("pilot"):

@@ -61,13 +61,17 @@ explorer.concurrent_mode=sequential explorer.max_repeat_times_per_runner=1 explo
 export ARGS_pilot_async16_lr5e6="algorithm.optimizer.lr=5e-6 tuner.algorithm.learning_rate=5e-6 \
 explorer.concurrent_mode=asynchronous explorer.max_repeat_times_per_runner=null explorer.runner_per_model=16"
 # The Qwen policy's pair (random and difficulty_based side by side, one seed), the same in
-# every stretch: the pilot's shape (20 steps, held-out evaluation at 0, 10 and 20) with the
-# trainer's memory cut so that two trainers share the GPU (the pilot's alone peaked at 115 GiB):
-# micro-batches of at most 4,096 tokens instead of 8,192 (half the float32 logits of a
-# 151,936-word vocabulary) and the entropy computed in chunks, recomputed in the backward pass
-# (verl 0.8's FSDP engine reads both from the actor's fsdp_config, not from the actor's own
-# keys of the same names). Not yet run as a pair.
-QWEN_ARGS=${QWEN_ARGS:-"buffer.total_steps=20 tuner.algorithm.eval_interval_steps=10 \
+# every stretch: 16 steps at the upstream batch (16 tasks x 8 rollouts), held-out evaluation at
+# steps 0, 8 and 16. The pilot's budget (results/trinity_h200_qwen_pilot/README.md: 8.6 min to
+# step 1, 21-28 s a step alone, 1.3-1.9 min an evaluation) leaves about 22 minutes of a stretch
+# for the runs, and two runs share the GPU's time: 16 steps and three evaluations each is what
+# fits with a margin. The pilot's policy made most of its gain in the first 10 steps (0.155 ->
+# 0.402 -> 0.433 at 20), where a selector's difference would show. The trainer's memory is cut
+# so that two trainers share the GPU (the pilot's alone peaked at 115 GiB): micro-batches of
+# at most 4,096 tokens instead of 8,192 (half the float32 logits of a 151,936-word vocabulary)
+# and the entropy computed in chunks, recomputed in the backward pass (verl 0.8's FSDP engine
+# reads both from the actor's fsdp_config, not from the actor's own keys of the same names).
+QWEN_ARGS=${QWEN_ARGS:-"buffer.total_steps=16 tuner.algorithm.eval_interval_steps=8 \
 trainer.max_token_len_per_gpu=4096 trainer.trainer_config.actor.fsdp_config.entropy_from_logits_with_chunking=true \
 trainer.trainer_config.actor.fsdp_config.entropy_checkpointing=true"}
 seed_args() {
@@ -196,6 +200,15 @@ collect)
     pack_run "$(basename "$pidf" .pid)"
   done
   cp "$W/gpu.csv" "$W/gpu_apps.csv" "$OUT/" 2>/dev/null || true
+  # vLLM's compile cache of the first run, when small enough to come back: a later stretch
+  # can start from it (VLLM_CACHE_ROOT) instead of compiling again
+  cache=$(ls -d "$W"/vllm_cache/* 2>/dev/null | head -1 || true)
+  if [ -n "$cache" ]; then
+    du -sh "$W"/vllm_cache/* || true
+    if [ "$(du -sm "$cache" | cut -f1)" -le 40 ]; then
+      tar -czf "$OUT/vllm_cache.tgz" -C "$cache" . || tar_ok $?
+    fi
+  fi
   if [ -d "$W/local" ]; then   # the train-local runs: tables, logs, event files; no checkpoints
     tar -czf "$OUT/local.tgz" -C "$W" --exclude='checkpoint*' local || tar_ok $?
   fi
