@@ -280,3 +280,87 @@ def test_the_qwen_pilots_readme_states_what_its_event_files_and_tables_hold():
     opening = (paths.REPO_ROOT / "README.md").read_text().split("\n## ")[0]
     first, last = learned["eval_accuracy"].iloc[[0, -1]]
     assert f"from {first:.3f} to {last:.3f}" in " ".join(opening.split())
+
+
+def test_a_run_stopped_before_its_first_step_keeps_its_start_up_split(tmp_path):
+    """A run that never reached step 1 (no Trinity meta files, no steps): the script keeps its
+    event files, start-up milestones and memory instead of failing on what it lacks."""
+    t0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+    def at(seconds: float) -> datetime:
+        return t0 + timedelta(seconds=seconds)
+
+    log = "\n".join([
+        "Config configs/x.yaml", "Launching: TensorBoard logs under somewhere",
+        _log_line(at(60), "Finished initializing Explorer."),
+        _log_line(at(111), "workers initialized", "(Trainer pid=2)").replace("[x.py:1]",
+                                                                            "[trainer.py:436]"),
+        _log_line(at(135), "The global random seed is set to 0.", "(vLLMRolloutModel pid=3)"),
+        _log_line(at(180), "Initializing a V1 LLM engine (v0.23.0) with config: ...",
+                  "(vLLMRolloutModel pid=3) (EngineCore pid=4)"),
+        _log_line(at(207), "Starting to load model /m...", "(vLLMRolloutModel pid=3) (Worker pid=5)"),
+        _log_line(at(240), "torch.compile took 27.46 s in total",
+                  "(vLLMRolloutModel pid=3) (Worker pid=5)"),
+        _log_line(at(243), "init engine (profile, create kv cache, warmup model) took 39.83 s",
+                  "(vLLMRolloutModel pid=3) (EngineCore pid=4)"),
+        _log_line(at(249), "All models are ready."),
+        _log_line(at(300), "WorkflowRunner [explorer_runner_0] is prepared and ready",
+                  "(WorkflowRunner pid=6)"),
+        _log_line(at(330), "Rollout coordinator is ready."),
+        _log_line(at(330), "Evaluation at step 0 started."),
+    ]) + "\n"
+    run = tmp_path / "stage" / "early"
+    (run / "monitor" / "tensorboard" / "explorer").mkdir(parents=True)
+    src = RUNS["random"]
+    for name in ("params.json", "launched_config.yaml"):
+        shutil.copyfile(src / name, run / name)
+    (run / "train.log").write_text(log)
+    (run / "start_end_epoch.txt").write_text(f"{t0.timestamp():.0f} {t0.timestamp() + 400:.0f}")
+    collected = tmp_path / "collected"
+    collected.mkdir()
+    with tarfile.open(collected / "early.tgz", "w:gz") as tar:
+        tar.add(run, arcname="early")
+    stamp = int(t0.timestamp())
+    (collected / "gpu_apps.csv").write_text(f"{stamp},2,1024,early\n{stamp},5,2048,early\n")
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(SCRIPT), str(collected), str(out), "--runs",
+                           "early=random_seed0", "--no-figures"], capture_output=True,
+                          text=True, timeout=hang_bound(300), cwd=paths.REPO_ROOT)
+    assert done.returncode == 0, done.stderr
+    startup = pd.read_csv(out / "startup.csv", index_col=0)["random_seed0"]
+    assert startup["Ray actors (explorer, trainer) made"] == 1.0
+    assert startup["vLLM actor's first line"] == 2.25
+    assert startup["vLLM engine core starts"] == 3.0
+    assert startup["vLLM worker loads the model"] == 3.45
+    assert startup["all rollout models ready"] == 4.15
+    assert startup["all workflow runners ready"] == 5.5
+    assert np.isnan(startup["step 1 starts"])
+    excerpt = (out / "random_seed0" / "train_log_excerpt.txt").read_text()
+    assert "torch.compile took 27.46 s" in excerpt
+    assert not (out / "random_seed0" / "explorer_meta.json").exists()
+    assert pd.read_csv(out / "phase_times.csv", index_col=0).empty
+
+
+QWEN_STARTUP = paths.RESULTS_DIR / "trinity_h200_qwen_startup"
+
+
+def test_the_qwen_start_up_readme_states_what_its_tables_hold():
+    """Every start-up minute and memory peak the README's table gives for the Qwen pair is
+    the one ``startup.csv`` and ``gpu_memory.csv`` hold, and neither run reached step 1."""
+    readme = (QWEN_STARTUP / "README.md").read_text()
+    startup = pd.read_csv(QWEN_STARTUP / "startup.csv", index_col=0)
+    assert sorted(startup.columns) == ["difficulty_seed0", "random_seed0"]
+    rows = {line.split("|")[1].strip(): line for line in readme.splitlines()
+            if line.startswith("| ") and line.count("|") == 5}
+    for milestone in startup.index:
+        if milestone in ("step 1 starts", "last step trained", "train command ends"):
+            assert startup.loc[milestone].isna().all() or milestone == "train command ends"
+            continue
+        cells = [c.strip() for c in rows[milestone].split("|")[2:4]]
+        assert cells == [f"{startup.loc[milestone, run]:.2f}"
+                         for run in ("random_seed0", "difficulty_seed0")], milestone
+    memory = pd.read_csv(QWEN_STARTUP / "gpu_memory.csv", index_col=0)
+    assert f"{memory.loc['trainer (FSDP actor + reference)', 'random_seed0']:.1f} GiB" in readme
+    assert f"{memory.loc['vLLM engine worker', 'random_seed0']:.1f} GiB" in readme
+    for run in ("random_seed0", "difficulty_seed0"):   # no step, no evaluation logged
+        with pytest.raises(results.RunError, match="no scalars"):
+            results.read_run(QWEN_STARTUP / run)

@@ -44,15 +44,24 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STAMP = re.compile(r"(?:INFO|WARNING|ERROR) (\d\d-\d\d \d\d:\d\d:\d\d) ")
 # start-up milestones: (name, pattern of the first log line that marks it)
 MILESTONES = (
+    ("Ray actors (explorer, trainer) made", r"Finished initializing Explorer"),
     ("trainer workers ready", r"\[trainer\.py:\d+\] workers initialized"),
+    ("vLLM actor's first line", r"\(vLLMRolloutModel pid=\d+\)"),
+    ("vLLM engine core starts", r"Initializing a V1 LLM engine"),
+    ("vLLM worker loads the model", r"Starting to load model"),
     ("vLLM engine ready", r"init engine \(profile, create kv cache, warmup model\) took"),
+    ("all rollout models ready", r"All models are ready"),
     ("first workflow runner ready", r"WorkflowRunner .* is prepared and ready"),
+    ("all workflow runners ready", r"Rollout coordinator is ready"),
     ("step-0 evaluation starts", r"Evaluation at step 0 started"),
     ("step 1 starts", r"Explore step 1 started"),
     ("last step trained", r"Trainer finished"),
 )
 EXCERPT = re.compile("|".join([
-    r"compat\.py", r"Loading weights took", r"init engine", r"Evaluation at step \d+ started",
+    r"compat\.py", r"Finished initializing Explorer", r"\[trainer\.py:\d+\] workers initialized",
+    r"Initializing a V1 LLM engine", r"Starting to load model", r"Loading weights took",
+    r"torch\.compile took", r"init engine", r"All models are ready", r"Rollout coordinator is ready",
+    r"Evaluation at step \d+ started",
     r"Explore step (1|2|10|20) started", r"Training at step (1|2|10|20) (started|finished)",
     r"Trainer finished", r"Explorer \(explorer\) finished", r"Error|Traceback",
 ]))
@@ -140,9 +149,12 @@ def add_run(collected: Path, name: str, dest: Path, apps: pd.DataFrame) -> None:
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir()
         shutil.copytree(src / "monitor", dest / "monitor")
-        for f in ("params.json", "launched_config.yaml", "explorer_meta.json",
-                  "trainer_meta.json"):
+        for f in ("params.json", "launched_config.yaml"):
             shutil.copyfile(src / f, dest / f)
+        # Trinity writes these after a step: a run stopped before its first has none
+        for f in ("explorer_meta.json", "trainer_meta.json"):
+            if (src / f).is_file():
+                shutil.copyfile(src / f, dest / f)
         # replies of the first and last explore step and the per-step table of the
         # experience buffer (scripts/gpu/buffer_samples.py), where collect could read it
         for f in ("samples.jsonl", "buffer_steps.csv"):
@@ -173,6 +185,8 @@ def timing_tables(folders: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame, pd.D
         starts[folder.name] = timings["startup_min"]
         memory[folder.name] = timings["gpu_memory_gib"]
         table = results.phase_times(folder)
+        if table.empty:   # stopped before its first step: start-up and memory only
+            continue
         table.loc["whole step (log: one explore start to the next)"] = \
             pd.Series(timings["whole_step_s"])
         phases[folder.name] = table.drop(columns=["step 0"], errors="ignore").median(axis=1)
