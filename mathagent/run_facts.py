@@ -339,3 +339,69 @@ def replies_report(results_folders: Sequence[str | Path], shown: Sequence[str],
         lines.append(f"\n{'=' * 20} {where.name}/{name} {'=' * 20}")
         lines.append(replies_text(saved_replies(where / name, steps)))
     return "\n".join(lines)
+
+
+def runs_made_here(root: str | Path | None = None) -> list[Path]:
+    """The training runs made in this checkout, under ``runs/`` (``root``, default
+    :func:`mathagent.paths.runs_dir`): ``train-local`` runs (``train_local/<stamp>``) and the
+    short Trinity-RFT runs of notebook 04 (event files under a ``smoke`` folder), oldest
+    first. Simulated sweeps are not training runs and are left out."""
+    from mathagent import paths
+    from mathagent.results import find_runs, has_runs
+
+    root = Path(root) if root is not None else paths.runs_dir()
+    local = root / "train_local"
+    found = sorted(d for d in local.glob("*") if (d / "metrics.csv").is_file())
+    for smoke in sorted(p for p in root.rglob("smoke") if p.is_dir()):
+        if has_runs(smoke):
+            found += [r for r in find_runs(smoke) if r not in found]
+    return found
+
+
+def runs_overview(runs: Iterable[str | Path], source: str, relative_to: str | Path) -> pd.DataFrame:
+    """One row per run: where it comes from (``source``), whether ``train-local`` or
+    Trinity-RFT made it, its folder relative to ``relative_to``, selector, seed, last step,
+    held-out accuracy at the first and the last evaluation (with their steps) and the mean
+    rollout accuracy of its last step. A run that logged no step yet is a row saying so."""
+    from mathagent.results import read_run
+
+    rows = []
+    for run in map(Path, runs):
+        kind = "train-local" if (run / "metrics.csv").is_file() else "Trinity-RFT"
+        try:
+            name = str(run.relative_to(relative_to))
+        except ValueError:
+            name = str(run)
+        row = {"source": source, "made by": kind, "run": name}
+        try:
+            table = read_run(run)
+        except RunError as err:
+            rows.append({**row, "steps": 0, "note": str(err).split(": ", 1)[-1]})
+            continue
+        evals = table.dropna(subset=["eval_accuracy"]).sort_values("step")
+        last = table[table["step"] == table["step"].max()]
+        row.update({"selector": table["selector"].iloc[0], "seed": int(table["seed"].iloc[0]),
+                    "steps": int(table["step"].max()),
+                    "rollout accuracy, last step": f"{last['rollout_accuracy'].mean():.3f}"})
+        if len(evals):
+            first_eval, last_eval = evals.iloc[0], evals.iloc[-1]
+            row["held-out, first eval"] = \
+                f"{first_eval['eval_accuracy']:.3f} (step {int(first_eval['step'])})"
+            row["held-out, last eval"] = \
+                f"{last_eval['eval_accuracy']:.3f} (step {int(last_eval['step'])})"
+        rows.append(row)
+    columns = ["source", "made by", "run", "selector", "seed", "steps", "held-out, first eval",
+               "held-out, last eval", "rollout accuracy, last step", "note"]
+    table = pd.DataFrame(rows, columns=columns).dropna(axis=1, how="all")
+    return table.fillna("-")
+
+
+def your_runs(committed: Iterable[str | Path], root: str | Path | None = None) -> pd.DataFrame:
+    """The runs made here (:func:`runs_made_here`) above the committed run folders of the
+    results folders ``committed``, in one :func:`runs_overview` table."""
+    from mathagent import paths
+
+    root = Path(root) if root is not None else paths.runs_dir()
+    return pd.concat([runs_overview(runs_made_here(root), "made here", root),
+                      runs_overview(run_folders(committed), "committed", paths.RESULTS_DIR)],
+                     ignore_index=True).fillna("-")

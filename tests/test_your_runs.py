@@ -1,0 +1,96 @@
+"""Notebook 05's "your own runs": the training runs made in this checkout (``runs/``), read
+beside the committed ones (``run_facts.runs_made_here``, ``runs_overview``, ``your_runs``)."""
+
+from __future__ import annotations
+
+import shutil
+
+from mathagent import paths, run_facts
+
+RESULTS = paths.RESULTS_DIR
+
+
+def _runs_dir(tmp_path):
+    """A ``runs/`` as notebook 04 leaves it on a GPU: two train-local runs, the smoke run's
+    Trinity-RFT job folder, one that stopped before its first step, and a simulated sweep."""
+    root = tmp_path / "runs"
+    for stamp, src in (("20261204-105957", "random_seed1"), ("20261204-110011", "difficulty_seed0")):
+        shutil.copytree(RESULTS / "trinity_h200_local" / src, root / "train_local" / stamp)
+    job = root / "notebooks" / "04_training_launch" / "smoke" / "config_difficulty_arithmetic" \
+        / "checkpoints" / "Data-Augmentation" / "Difficulty-Based-Selector-Arithmetic"
+    shutil.copytree(RESULTS / "trinity_h200" / "difficulty_seed2", job)
+    early = root / "smoke" / "config_random_qwen" / "checkpoints" / "P" / "Random"
+    shutil.copytree(RESULTS / "trinity_h200_qwen_startup" / "random_seed0", early)
+    (root / "simulate" / "20261204-105149").mkdir(parents=True)
+    shutil.copyfile(RESULTS / "trinity_h200" / "trinity_h200.csv",
+                    root / "simulate" / "20261204-105149" / "steps.csv")
+    return root, job, early
+
+
+def test_runs_made_here_are_the_training_runs_under_runs(tmp_path):
+    root, job, early = _runs_dir(tmp_path)
+    found = run_facts.runs_made_here(root)
+    assert found == [root / "train_local" / "20261204-105957",
+                     root / "train_local" / "20261204-110011", job, early]
+    assert run_facts.runs_made_here(tmp_path / "nothing") == []
+
+
+def test_the_overview_reads_each_run_and_says_which_logged_nothing(tmp_path):
+    root, job, early = _runs_dir(tmp_path)
+    table = run_facts.runs_overview(run_facts.runs_made_here(root), "made here", root)
+    assert table["made by"].tolist() == ["train-local", "train-local", "Trinity-RFT",
+                                         "Trinity-RFT"]
+    local = table.iloc[1]
+    assert (local["run"], local["selector"], local["seed"], local["steps"]) == (
+        "train_local/20261204-110011", "difficulty_based", 0, 40)
+    assert local["held-out, first eval"] == "0.025 (step 0)"
+    assert local["held-out, last eval"] == "0.105 (step 40)"
+    trinity = table.iloc[2]
+    assert trinity["run"] == str(job.relative_to(root))
+    assert trinity["held-out, last eval"] == "0.115 (step 40)"
+    assert trinity["rollout accuracy, last step"] == "0.828"
+    stopped = table.iloc[3]
+    assert stopped["steps"] == 0 and "no scalars" in stopped["note"]
+
+
+def test_your_runs_puts_the_runs_made_here_above_the_committed_ones(tmp_path):
+    root, _, _ = _runs_dir(tmp_path)
+    table = run_facts.your_runs([RESULTS / "trinity_h200", RESULTS / "trinity_h200_local"], root)
+    assert table["source"].tolist() == ["made here"] * 4 + ["committed"] * 12
+    assert table["run"].iloc[4] == "trinity_h200/difficulty_seed0"
+    nothing = run_facts.your_runs([RESULTS / "trinity_h200"], tmp_path / "empty")
+    assert set(nothing["source"]) == {"committed"} and len(nothing) == 6
+
+
+H200 = RESULTS / "notebooks_h200"
+
+
+def test_the_h200_notebook_readme_states_what_its_runs_and_log_hold():
+    """The executed notebooks' README: every wall time is pytest's own duration in
+    ``nbmake_run.log``, and every row of its runs table is what ``runs_overview`` reads from the
+    runs notebook 04 made on the H200."""
+    import re
+
+    readme = (H200 / "README.md").read_text()
+    log = (H200 / "nbmake_run.log").read_text()
+    durations = dict(re.findall(r"([\d.]+)s call\s+notebooks/(\d\d)_", log))
+    assert len(durations) == 5
+    assert log.count(" PASSED") == 5 and "FAILED" not in log
+    for seconds, number in durations.items():
+        row = next(line for line in readme.splitlines() if line.startswith(f"| `{number}_"))
+        assert f"| passed | {seconds} s |" in row
+    sessions = re.findall(r"passed in ([\d.]+)s", log)
+    for session in sessions:
+        assert f"{session} s" in readme
+    minutes = f"{sum(map(float, sessions)) / 60:.1f} minutes"
+    assert minutes in readme and minutes in (paths.REPO_ROOT / "README.md").read_text()
+    runs = sorted(p for p in (H200 / "runs").iterdir())
+    table = run_facts.runs_overview(runs, "H200", H200 / "runs")
+    for _, run in table.iterrows():
+        row = next(line for line in readme.splitlines() if line.startswith(f"| `{run['run']}`"))
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        assert cells[2] == str(run["steps"])
+        assert cells[3] == f"{run['held-out, first eval']} / {run['held-out, last eval']}"
+        assert cells[4] == run["rollout accuracy, last step"]
+    for name in (f.name for f in H200.glob("*.ipynb")):   # executed copies, outputs kept
+        assert '"outputs": [\n' in (H200 / name).read_text() and name[:2] in durations.values()
