@@ -29,6 +29,13 @@ GURU_DIR = DATA_DIR / "guru_math"
 AIME24_DIR = DATA_DIR / "aime24"
 
 
+#: Folder names under :func:`runs_dir`: ``train-local`` runs (``train_local/<stamp>-...``) and
+#: the short Trinity-RFT runs of one-GPU configs (``smoke/<config>``, also under a notebook's
+#: scratch folder).
+TRAIN_LOCAL_RUNS = "train_local"
+SMOKE_RUNS = "smoke"
+
+
 def runs_dir() -> Path:
     """Root folder for run outputs (ignored by git)."""
     return Path(os.environ.get("MATHAGENT_RUNS", REPO_ROOT / "runs"))

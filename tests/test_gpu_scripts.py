@@ -88,6 +88,33 @@ def test_wait_collects_finished_and_running_runs(tmp_path):
     assert metrics.splitlines()[-1] == "2,0.2"  # packed as it stands, mid-run
 
 
+def test_collect_brings_back_a_small_vllm_compile_cache_and_leaves_a_large_one(tmp_path):
+    """``collect`` packs the first run's vLLM compile cache when it is at most 40 MB, says so
+    in one line when it is larger, and never brings back a cache packed by an earlier call."""
+    w, out = tmp_path / "w", tmp_path / "out"
+    make_work(w)
+    cache = w / "vllm_cache" / "random_seed1" / "torch_compile_cache"
+    cache.mkdir(parents=True)
+    (cache / "graph.py").write_text("compiled\n")
+    env = {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b")}
+
+    def collect() -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(SCRIPT), "collect"], env=env, capture_output=True,
+                              text=True, timeout=hang_bound(120))
+
+    done = collect()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "random_seed1: 1 MB, packed" in done.stdout
+    with tarfile.open(out / "vllm_cache.tgz") as tar:
+        assert tar.extractfile("./torch_compile_cache/graph.py").read() == b"compiled\n"
+    (cache / "big.bin").write_bytes(os.urandom(41 * 2**20))
+    done = collect()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "over 40 MB, not packed" in done.stdout
+    assert not (out / "vllm_cache.tgz").exists()   # the earlier, smaller cache is gone too
+    assert (out / "local.tgz").is_file()           # what follows the cache is still packed
+
+
 NOTEBOOKS_SCRIPT = paths.REPO_ROOT / "scripts" / "gpu" / "notebooks.sh"
 
 

@@ -188,7 +188,7 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
     assert phases["rollout phase"] > 0
     excerpt = (out / "difficulty_seed42" / "train_log_excerpt.txt").read_text()
     assert excerpt.startswith("Config configs/x.yaml\nPreflight:")
-    assert "Explore step 1 started" in excerpt and "Explore step 3" not in excerpt
+    assert "Explore step 1 started" in excerpt and "Explore step 3 started" in excerpt
     assert "react_agent" not in excerpt and "\x1b" not in excerpt
     assert (out / "training_curves.png").is_file()
     assert len(pd.read_csv(out / "trinity_h200.csv")) == 23  # steps 0-22
@@ -338,6 +338,26 @@ def test_a_run_stopped_before_its_first_step_keeps_its_start_up_split(tmp_path):
     assert "torch.compile took 27.46 s" in excerpt
     assert not (out / "random_seed0" / "explorer_meta.json").exists()
     assert pd.read_csv(out / "phase_times.csv", index_col=0).empty
+    # asked for figures, it writes the tables and says in one line why there are none
+    again = subprocess.run([sys.executable, str(SCRIPT), str(collected), str(tmp_path / "figs"),
+                            "--runs", "early=random_seed0"], capture_output=True, text=True,
+                           timeout=hang_bound(300), cwd=paths.REPO_ROOT)
+    assert again.returncode == 0, again.stderr
+    assert "no tidy table or figures" in again.stdout and "random_seed0 logged no step" in \
+        again.stdout
+    assert (tmp_path / "figs" / "startup.csv").is_file()
+    assert not (tmp_path / "figs" / "training_curves.png").exists()
+    # a run packed before `train` wrote its params.json: one line naming what is missing
+    (run / "params.json").unlink()
+    with tarfile.open(collected / "early.tgz", "w:gz") as tar:
+        tar.add(run, arcname="early")
+    lost = subprocess.run([sys.executable, str(SCRIPT), str(collected), str(tmp_path / "lost"),
+                           "--runs", "early=random_seed0"], capture_output=True, text=True,
+                          timeout=hang_bound(300), cwd=paths.REPO_ROOT)
+    assert lost.returncode == 2 and "Traceback" not in lost.stderr
+    assert lost.stderr.strip().splitlines() == [
+        f"error: {collected / 'early'}.tgz holds no early/params.json (the run stopped before "
+        "`train` wrote it?)"]
 
 
 QWEN_STARTUP = paths.RESULTS_DIR / "trinity_h200_qwen_startup"
@@ -351,16 +371,27 @@ def test_the_qwen_start_up_readme_states_what_its_tables_hold():
     assert sorted(startup.columns) == ["difficulty_seed0", "random_seed0"]
     rows = {line.split("|")[1].strip(): line for line in readme.splitlines()
             if line.startswith("| ") and line.count("|") == 5}
-    for milestone in startup.index:
-        if milestone in ("step 1 starts", "last step trained", "train command ends"):
-            assert startup.loc[milestone].isna().all() or milestone == "train command ends"
-            continue
+    assert startup.loc[["step 1 starts", "last step trained"]].isna().all().all()
+    for milestone in startup.index.drop(["step 1 starts", "last step trained",
+                                         "train command ends"]):
         cells = [c.strip() for c in rows[milestone].split("|")[2:4]]
         assert cells == [f"{startup.loc[milestone, run]:.2f}"
                          for run in ("random_seed0", "difficulty_seed0")], milestone
     memory = pd.read_csv(QWEN_STARTUP / "gpu_memory.csv", index_col=0)
-    assert f"{memory.loc['trainer (FSDP actor + reference)', 'random_seed0']:.1f} GiB" in readme
-    assert f"{memory.loc['vLLM engine worker', 'random_seed0']:.1f} GiB" in readme
+    for role, said in (("trainer (FSDP actor + reference)", "GiB a trainer"),
+                       ("vLLM engine worker", "GiB a\nvLLM worker"),
+                       ("run, all processes (sum at one time)", "GiB a run")):
+        assert memory.loc[role].nunique() == 1, role   # both runs, one figure
+        assert f"{memory.loc[role].iloc[0]:.1f} {said}" in readme, role
+    # vLLM's own account of its engine, as the excerpts keep it, for both runs
+    for run, cells in (("random_seed0", ("0.82", "27.46", "39.83")),
+                       ("difficulty_seed0", ("0.94", "21.37", "33.16"))):
+        excerpt = (QWEN_STARTUP / run / "train_log_excerpt.txt").read_text()
+        assert f"Loading weights took {cells[0]} seconds" in excerpt
+        assert f"torch.compile took {cells[1]} s" in excerpt
+        assert f"warmup model) took {cells[2]} s" in excerpt
+    assert "weights 0.82 / 0.94 s, torch.compile 27.46 / 21.37 s" in readme
+    assert "`init engine ... took` 39.83 / 33.16 s" in readme
     for run in ("random_seed0", "difficulty_seed0"):   # no step, no evaluation logged
         with pytest.raises(results.RunError, match="no scalars"):
             results.read_run(QWEN_STARTUP / run)

@@ -21,6 +21,10 @@ def _runs_dir(tmp_path):
     shutil.copytree(RESULTS / "trinity_h200" / "difficulty_seed2", job)
     early = root / "smoke" / "config_random_qwen" / "checkpoints" / "P" / "Random"
     shutil.copytree(RESULTS / "trinity_h200_qwen_startup" / "random_seed0", early)
+    killed = root / "train_local" / "20261204-120000-random-s0"   # killed before step 1
+    killed.mkdir(parents=True)
+    shutil.copyfile(RESULTS / "trinity_h200_local" / "random_seed0" / "params.json",
+                    killed / "params.json")
     (root / "simulate" / "20261204-105149").mkdir(parents=True)
     shutil.copyfile(RESULTS / "trinity_h200" / "trinity_h200.csv",
                     root / "simulate" / "20261204-105149" / "steps.csv")
@@ -31,35 +35,66 @@ def test_runs_made_here_are_the_training_runs_under_runs(tmp_path):
     root, job, early = _runs_dir(tmp_path)
     found = run_facts.runs_made_here(root)
     assert found == [root / "train_local" / "20261204-105957",
-                     root / "train_local" / "20261204-110011", job, early]
+                     root / "train_local" / "20261204-110011",
+                     root / "train_local" / "20261204-120000-random-s0", job, early]
     assert run_facts.runs_made_here(tmp_path / "nothing") == []
 
 
 def test_the_overview_reads_each_run_and_says_which_logged_nothing(tmp_path):
     root, job, early = _runs_dir(tmp_path)
     table = run_facts.runs_overview(run_facts.runs_made_here(root), "made here", root)
-    assert table["made by"].tolist() == ["train-local", "train-local", "Trinity-RFT",
-                                         "Trinity-RFT"]
+    assert table["made by"].tolist() == ["train-local"] * 3 + ["Trinity-RFT"] * 2
     local = table.iloc[1]
     assert (local["run"], local["selector"], local["seed"], local["steps"]) == (
         "train_local/20261204-110011", "difficulty_based", 0, 40)
     assert local["held-out, first eval"] == "0.025 (step 0)"
     assert local["held-out, last eval"] == "0.105 (step 40)"
-    trinity = table.iloc[2]
+    killed = table.iloc[2]
+    assert killed["steps"] == 0 and "train_local/20261204-120000-random-s0" in killed["note"]
+    trinity = table.iloc[3]
     assert trinity["run"] == str(job.relative_to(root))
     assert trinity["held-out, last eval"] == "0.115 (step 40)"
     assert trinity["rollout accuracy, last step"] == "0.828"
-    stopped = table.iloc[3]
+    stopped = table.iloc[4]
     assert stopped["steps"] == 0 and "no scalars" in stopped["note"]
+    assert str(early) in stopped["note"]   # the note names the folder at fault
 
 
 def test_your_runs_puts_the_runs_made_here_above_the_committed_ones(tmp_path):
     root, _, _ = _runs_dir(tmp_path)
-    table = run_facts.your_runs([RESULTS / "trinity_h200", RESULTS / "trinity_h200_local"], root)
-    assert table["source"].tolist() == ["made here"] * 4 + ["committed"] * 12
-    assert table["run"].iloc[4] == "trinity_h200/difficulty_seed0"
-    nothing = run_facts.your_runs([RESULTS / "trinity_h200"], tmp_path / "empty")
+    line, table = run_facts.your_runs([RESULTS / "trinity_h200", RESULTS / "trinity_h200_local"],
+                                      root)
+    assert line == f"5 training run(s) made here under {root}"
+    assert table["source"].tolist() == ["made here"] * 5 + ["committed"] * 12
+    assert table["run"].iloc[5] == "trinity_h200/difficulty_seed0"
+    line, nothing = run_facts.your_runs([RESULTS / "trinity_h200"], tmp_path / "empty")
+    assert line.startswith("0 training run(s) made here") and "notebook 04 makes them" in line
     assert set(nothing["source"]) == {"committed"} and len(nothing) == 6
+
+
+def test_the_overview_reads_runs_with_no_evaluation_an_empty_table_or_a_gap(tmp_path):
+    """A run without evaluations has no held-out cells; a ``metrics.csv`` with a header only is
+    a row naming it; a last step without rollout accuracy gives the last one that has it; a
+    folder outside ``relative_to`` is named in full."""
+    import pandas as pd
+
+    src = RESULTS / "trinity_h200_local" / "random_seed0"
+    metrics = pd.read_csv(src / "metrics.csv")
+    cases = {"no_eval": metrics.assign(eval_accuracy=float("nan")),
+             "empty": metrics.iloc[:0],
+             "gap": pd.concat([metrics, metrics.tail(1).assign(
+                 step=metrics["step"].max() + 1, rollout_accuracy=float("nan"))])}
+    for name, table in cases.items():
+        (tmp_path / name).mkdir()
+        shutil.copyfile(src / "params.json", tmp_path / name / "params.json")
+        table.to_csv(tmp_path / name / "metrics.csv", index=False)
+    overview = run_facts.runs_overview([tmp_path / n for n in cases], "here", tmp_path / "x")
+    no_eval, empty, gap = (overview.iloc[i] for i in range(3))
+    assert no_eval["held-out, first eval"] == "-" and no_eval["steps"] == 40
+    assert empty["steps"] == 0 and str(tmp_path / "empty") in empty["note"]
+    last = metrics[metrics["step"] == metrics["step"].max()]["rollout_accuracy"].mean()
+    assert gap["steps"] == 41 and gap["rollout accuracy, last step"] == f"{last:.3f}"
+    assert gap["run"] == str(tmp_path / "gap")
 
 
 H200 = RESULTS / "notebooks_h200"
@@ -73,10 +108,11 @@ def test_the_h200_notebook_readme_states_what_its_runs_and_log_hold():
 
     readme = (H200 / "README.md").read_text()
     log = (H200 / "nbmake_run.log").read_text()
-    durations = dict(re.findall(r"([\d.]+)s call\s+notebooks/(\d\d)_", log))
-    assert len(durations) == 5
+    durations = {number: seconds
+                 for seconds, number in re.findall(r"([\d.]+)s call\s+notebooks/(\d\d)_", log)}
+    assert sorted(durations) == ["01", "02", "03", "04", "05"]
     assert log.count(" PASSED") == 5 and "FAILED" not in log
-    for seconds, number in durations.items():
+    for number, seconds in durations.items():
         row = next(line for line in readme.splitlines() if line.startswith(f"| `{number}_"))
         assert f"| passed | {seconds} s |" in row
     sessions = re.findall(r"passed in ([\d.]+)s", log)
@@ -92,5 +128,9 @@ def test_the_h200_notebook_readme_states_what_its_runs_and_log_hold():
         assert cells[2] == str(run["steps"])
         assert cells[3] == f"{run['held-out, first eval']} / {run['held-out, last eval']}"
         assert cells[4] == run["rollout accuracy, last step"]
-    for name in (f.name for f in H200.glob("*.ipynb")):   # executed copies, outputs kept
-        assert '"outputs": [\n' in (H200 / name).read_text() and name[:2] in durations.values()
+    import json
+
+    for number in durations:   # executed copies, outputs kept: every code cell ran
+        notebook = json.loads(next(H200.glob(f"{number}_*.ipynb")).read_text())
+        code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+        assert code and all(c["execution_count"] for c in code), number

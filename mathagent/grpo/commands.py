@@ -56,7 +56,7 @@ def train_local_command(args: argparse.Namespace) -> int:
               "or choose another --out", file=sys.stderr)
         return 2
     run_dir = args.out or paths.new_run_dir(
-        "train_local", f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.selector.name}"
+        paths.TRAIN_LOCAL_RUNS, f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.selector.name}"
                        f"-s{cfg.trainer.seed}")
     try:
         trainer = GRPOTrainer(cfg, run_dir, resume=args.resume)

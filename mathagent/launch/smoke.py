@@ -111,7 +111,7 @@ def one_gpu_smoke(config: str | Path, *, steps: int = 2, seed: int = 0,
     _one_gpu_layout(config)
     folder = Path(model_folder or os.environ.get(ENV_MODEL_FOLDER) or DEFAULT_MODEL_FOLDER)
     folder = folder if folder.is_absolute() else paths.REPO_ROOT / folder
-    work = Path(work_dir) if work_dir else paths.runs_dir() / "smoke" / config.stem
+    work = Path(work_dir) if work_dir else paths.runs_dir() / paths.SMOKE_RUNS / config.stem
     command = [sys.executable, "-m", "mathagent", "train", "--config", str(config),
                f"buffer.total_steps={int(steps)}",
                f"tuner.algorithm.eval_interval_steps={int(steps)}",

@@ -62,11 +62,12 @@ export ARGS_pilot_async16_lr5e6="algorithm.optimizer.lr=5e-6 tuner.algorithm.lea
 explorer.concurrent_mode=asynchronous explorer.max_repeat_times_per_runner=null explorer.runner_per_model=16"
 # The Qwen policy's pair (random and difficulty_based side by side, one seed), the same in
 # every stretch: 16 steps at the upstream batch (16 tasks x 8 rollouts), held-out evaluation at
-# steps 0, 8 and 16. The pilot's budget (results/trinity_h200_qwen_pilot/README.md: 8.6 min to
-# step 1, 21-28 s a step alone, 1.3-1.9 min an evaluation) leaves about 22 minutes of a stretch
-# for the runs, and two runs share the GPU's time: 16 steps and three evaluations each is what
-# fits with a margin. The pilot's policy made most of its gain in the first 10 steps (0.155 ->
-# 0.402 -> 0.433 at 20), where a selector's difference would show. The trainer's memory is cut
+# steps 0, 8 and 16. Of a 30-minute stretch, parts, setup and start-up to the step-0
+# evaluation take about 9.3 minutes (results/trinity_h200_qwen_startup/README.md), leaving
+# about 20 for evaluations and steps; alone a step took 21-28 s and an evaluation 1.3-1.9 min
+# (the pilot), and two runs share the GPU's time, so 16 steps and three evaluations each is a
+# guess at what fits, to be measured. The pilot's policy made most of its gain in the first
+# 10 steps (0.155 -> 0.402 -> 0.433 at 20), where a selector's difference would show. The trainer's memory is cut
 # so that two trainers share the GPU (the pilot's alone peaked at 115 GiB): micro-batches of
 # at most 4,096 tokens instead of 8,192 (half the float32 logits of a 151,936-word vocabulary)
 # and the entropy computed in chunks, recomputed in the backward pass (verl 0.8's FSDP engine
@@ -200,17 +201,23 @@ collect)
     pack_run "$(basename "$pidf" .pid)"
   done
   cp "$W/gpu.csv" "$W/gpu_apps.csv" "$OUT/" 2>/dev/null || true
-  # vLLM's compile cache of the first run, when small enough to come back: a later stretch
-  # can start from it (VLLM_CACHE_ROOT) instead of compiling again
-  cache=$(ls -d "$W"/vllm_cache/* 2>/dev/null | head -1 || true)
-  if [ -n "$cache" ]; then
-    du -sh "$W"/vllm_cache/* || true
-    if [ "$(du -sm "$cache" | cut -f1)" -le 40 ]; then
-      tar -czf "$OUT/vllm_cache.tgz" -C "$cache" . || tar_ok $?
-    fi
-  fi
   if [ -d "$W/local" ]; then   # the train-local runs: tables, logs, event files; no checkpoints
     tar -czf "$OUT/local.tgz" -C "$W" --exclude='checkpoint*' local || tar_ok $?
+  fi
+  # vLLM's compile cache of the first run, when small enough to come back: a later stretch
+  # can start from it (VLLM_CACHE_ROOT) instead of compiling again. Optional: a cache still
+  # being written or too large is left behind, with a line saying so.
+  rm -f "$OUT/vllm_cache.tgz"
+  cache=$(ls -d "$W"/vllm_cache/* 2>/dev/null | head -1 || true)
+  if [ -n "$cache" ]; then
+    size=$(du -sm "$cache" | cut -f1)
+    if [ "$size" -gt 40 ]; then
+      echo "vLLM compile cache $cache: $size MB, over 40 MB, not packed"
+    elif ! tar -czf "$OUT/vllm_cache.tgz" -C "$cache" . 2>/dev/null; then
+      rm -f "$OUT/vllm_cache.tgz"; echo "vLLM compile cache $cache: changed while packing, not packed"
+    else
+      echo "vLLM compile cache $cache: $size MB, packed"
+    fi
   fi
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv || true
   ls -la "$OUT"

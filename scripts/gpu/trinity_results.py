@@ -58,12 +58,10 @@ MILESTONES = (
     ("last step trained", r"Trainer finished"),
 )
 EXCERPT = re.compile("|".join([
-    r"compat\.py", r"Finished initializing Explorer", r"\[trainer\.py:\d+\] workers initialized",
-    r"Initializing a V1 LLM engine", r"Starting to load model", r"Loading weights took",
-    r"torch\.compile took", r"init engine", r"All models are ready", r"Rollout coordinator is ready",
-    r"Evaluation at step \d+ started",
-    r"Explore step (1|2|10|20) started", r"Training at step (1|2|10|20) (started|finished)",
-    r"Trainer finished", r"Explorer \(explorer\) finished", r"Error|Traceback",
+    r"compat\.py", r"Loading weights took", r"torch\.compile took", r"Graph capturing finished",
+    r"init engine", r"Evaluation at step \d+ started", r"Explore step \d+ started",
+    r"Training at step (1|2) (started|finished)", r"Trainer finished",
+    r"Explorer \(explorer\) finished", r"Error|Traceback",
 ]))
 ROLES = {"trainer (FSDP actor + reference)": re.compile(r"\(WorkerDict pid=(\d+)\)"),
          "vLLM engine worker": re.compile(r"\(Worker pid=(\d+)\)")}
@@ -78,7 +76,12 @@ def log_excerpt(log: str) -> str:
     lines = [clean(x) for x in log.splitlines()]
     end = next((i + 1 for i, x in enumerate(lines) if x.startswith("Launching:")), 0)
     head = [x for x in lines[:end] if "it/s" not in x and "s/it" not in x]
-    marks = [x for x in lines[end:] if EXCERPT.search(x) and STAMP.search(x)]
+    # the first line of each start-up milestone, then every line that marks a phase
+    firsts = {next((i for i in range(end, len(lines))
+                    if re.search(pattern, lines[i]) and STAMP.search(lines[i])), None)
+              for _, pattern in MILESTONES}
+    marks = [x for i, x in enumerate(lines) if i >= end and STAMP.search(x)
+             and (i in firsts or EXCERPT.search(x))]
     return "\n".join(head + marks) + "\n"
 
 
@@ -146,6 +149,11 @@ def add_run(collected: Path, name: str, dest: Path, apps: pd.DataFrame) -> None:
             tarfile.open(collected / f"{name}.tgz") as tar:
         tar.extractall(tmp, filter="data")
         src = Path(tmp) / name
+        for need in ("monitor", "params.json", "launched_config.yaml", "train.log",
+                     "start_end_epoch.txt"):
+            if not (src / need).exists():
+                raise FileNotFoundError(f"{collected / name}.tgz holds no {name}/{need} "
+                                        "(the run stopped before `train` wrote it?)")
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir()
         shutil.copytree(src / "monitor", dest / "monitor")
@@ -251,11 +259,23 @@ def main() -> int:
             print(f"error: {args.out / folder} exists; --force replaces it", file=sys.stderr)
             return 2
     for name, folder in specs:
-        add_run(args.collected, name, args.out / folder, apps)
+        try:
+            add_run(args.collected, name, args.out / folder, apps)
+        except FileNotFoundError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
 
     folders = run_folders(args.out)
     startups, memory, split = timing_tables(folders)
-    if not args.no_figures:
+    startups.to_csv(args.out / "startup.csv")
+    memory.to_csv(args.out / "gpu_memory.csv")
+    split.to_csv(args.out / "phase_times.csv")
+    stepped = [f for f in folders if not results.phase_times(f).empty]
+    if not args.no_figures and len(stepped) < len(folders):
+        print(f"no tidy table or figures in {args.out}: "
+              f"{', '.join(f.name for f in folders if f not in stepped)} logged no step "
+              "(--no-figures says so without this line)")
+    elif not args.no_figures:
         table = results.load_runs(folders, progress=False)
         seeds = ", ".join(str(x) for x in sorted(table["seed"].unique()))
         with tempfile.TemporaryDirectory(dir=args.out) as tmp:
@@ -264,9 +284,6 @@ def main() -> int:
             for name, file in drawn["files"].items():
                 target = "trinity_h200.csv" if name == "results" else file.name
                 shutil.move(str(file), args.out / target)
-    startups.to_csv(args.out / "startup.csv")
-    memory.to_csv(args.out / "gpu_memory.csv")
-    split.to_csv(args.out / "phase_times.csv")
     print(split.to_string())
     print(startups.to_string())
     print(memory.to_string())
