@@ -65,7 +65,7 @@ from mathagent.grpo.checkpoint import (
     checkpoint_step,
     recover_checkpoint,
 )
-from mathagent.grpo.commands import train_local_command, train_local_parser
+from mathagent.grpo.commands import target_reward_runs, train_local_command, train_local_parser
 from mathagent.grpo.config import (
     DEFAULT_CONFIG,
     SMOKE_CONFIG,
@@ -122,4 +122,5 @@ __all__ = [
     "train_local_command",
     "train_local_parser",
     "truncate_jsonl",
+    "target_reward_runs",
 ]

@@ -55,9 +55,10 @@ def train_local_command(args: argparse.Namespace) -> int:
         print(f"train-local: {args.out} already holds a run; pass --resume to continue it "
               "or choose another --out", file=sys.stderr)
         return 2
+    target = "" if cfg.selector.target_reward is None else f"-t{cfg.selector.target_reward:g}"
     run_dir = args.out or paths.new_run_dir(
         paths.TRAIN_LOCAL_RUNS, f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.selector.name}"
-                       f"-s{cfg.trainer.seed}")
+                                f"{target}-s{cfg.trainer.seed}")
     try:
         trainer = GRPOTrainer(cfg, run_dir, resume=args.resume)
     except (OSError, ValueError) as exc:  # taskset, selector, model or checkpoint problems
@@ -77,3 +78,29 @@ def train_local_command(args: argparse.Namespace) -> int:
         print(f"step {last['step']}: rollout_accuracy {last.get('rollout_accuracy')}, "
               f"effective_task_ratio {last.get('effective_task_ratio')}")
     return 0
+
+
+def target_reward_runs(targets: tuple[float, ...] | list[float], *, selector: str, seed: int,
+                       steps: int, device: str, config: str | Path | None = None,
+                       progress: bool = False) -> list[Path]:
+    """One ``train-local`` run per value of the knob ``selector.target_reward`` (the pass rate
+    ``difficulty_based`` or ``bots`` aims for), the rest of the settings shared: the
+    comparison notebook 04 makes on a GPU. Each run gets its own folder
+    ``runs/train_local/<time>-<selector>-t<target>-s<seed>``; a run that fails raises
+    ``RuntimeError`` naming its target (``train-local`` has printed why)."""
+    runs = []
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for target in targets:
+        out = paths.new_run_dir(paths.TRAIN_LOCAL_RUNS, f"{stamp}-{selector}-t{target:g}-s{seed}")
+        parser = argparse.ArgumentParser()
+        train_local_parser(parser)
+        argv = ["--selector", selector, "--target-reward", str(target), "--seed", str(seed),
+                "--steps", str(steps), "--device", device, "--out", str(out)]
+        argv += ["--config", str(config)] if config is not None else []
+        argv += [] if progress else ["--no-progress"]
+        if train_local_command(parser.parse_args(argv)) != 0:
+            if not any(out.iterdir()):   # refused before it began: no empty run folder left
+                out.rmdir()
+            raise RuntimeError(f"train-local with target_reward {target:g} failed")
+        runs.append(out)
+    return runs

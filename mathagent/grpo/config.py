@@ -84,6 +84,10 @@ class SelectorSettings:
                         flag="--selector", metavar="SELECTOR")
     # Keyword arguments per selector name, passed to make_selector for the chosen one.
     params: dict[str, dict] = field(default_factory=dict)
+    # The knob of the feedback selectors: replaces params[<name>].target_reward when set.
+    target_reward: float | None = setting(
+        None, help="pass rate difficulty_based or bots aims for (default: the config's, "
+                   "0.8 in train_local.yaml)", flag="--target-reward", metavar="R")
 
 
 @dataclass
@@ -170,3 +174,24 @@ def _validate(cfg: TrainConfig, where: str) -> None:
     for ok, msg in checks:
         if not ok:
             raise ValueError(f"{where}: {msg}")
+    target = cfg.selector.target_reward
+    if target is not None and not 0 <= target <= 1:
+        raise ValueError(f"{where}: selector.target_reward={target} is not a pass rate in [0, 1]")
+    if target is not None and "target_reward" not in selector_kwargs(cfg):
+        raise ValueError(f"{where}: selector.target_reward applies to a selector that aims at "
+                         f"a pass rate (difficulty_based, bots), not {cfg.selector.name!r}")
+
+
+def selector_kwargs(cfg: TrainConfig) -> dict:
+    """The keyword arguments of the chosen selector: its ``selector.params`` entry, with
+    ``selector.target_reward`` over it when set, and ``m`` (the pseudo-count of one feedback
+    value) defaulting to the group size for a selector that takes feedback."""
+    from mathagent.selectors import uses_feedback
+
+    sel = cfg.selector
+    kwargs = dict(sel.params.get(sel.name, {}) or {})
+    if sel.target_reward is not None and uses_feedback(sel.name):
+        kwargs["target_reward"] = sel.target_reward
+    if uses_feedback(sel.name):
+        kwargs.setdefault("m", cfg.rollout.repeat_times)
+    return kwargs

@@ -164,14 +164,12 @@ class GRPOTrainer(CheckpointMixin):
         return train, test
 
     def _make_selector(self):
-        from mathagent.selectors import make_selector, reads_features, uses_feedback
+        from mathagent.grpo.config import selector_kwargs
+        from mathagent.selectors import make_selector, reads_features
 
         sel = self.cfg.selector
         n = self.cfg.rollout.repeat_times
-        kwargs = dict(sel.params.get(sel.name, {}) or {})
-        if uses_feedback(sel.name):
-            # m is the pseudo-count of one feedback value: the group size
-            kwargs.setdefault("m", n)
+        kwargs = selector_kwargs(self.cfg)
         keys = list(self.cfg.taskset.feature_keys) if reads_features(sel.name) else None
         return make_selector(sel.name, self.train_set, feature_keys=keys,
                              seed=self.cfg.trainer.seed, repeat_times=n, **kwargs)
