@@ -6,8 +6,9 @@
 For each installer (pip, then uv) the script clones this repository into ``--workdir`` and
 runs ``bash scripts/install.sh --qwen`` there (what ``.ci/run`` runs) twice:
 
-1. cold: empty cache folders (``PIP_CACHE_DIR`` and ``UV_CACHE_DIR`` point at new folders),
-   so everything is downloaded and llama-cpp-python is compiled from its source;
+1. cold: empty cache folders (``PIP_CACHE_DIR``, ``UV_CACHE_DIR`` and ``MATHAGENT_WHEEL_DIR``
+   point at new folders), so everything is downloaded and llama-cpp-python is compiled from
+   its source;
 2. warm: ``.venv`` removed, the same caches kept: what a second clone on the same machine,
    or a rebuilt environment, costs.
 
@@ -55,7 +56,8 @@ def clone(workdir: Path, installer: str) -> Path:
 def install(tree: Path, installer: str, caches: Path, qwen: bool, log: Path) -> dict:
     """One run of scripts/install.sh in ``tree``: its wall seconds and the load around it."""
     env = dict(os.environ, MATHAGENT_INSTALLER=installer,
-               PIP_CACHE_DIR=str(caches / "pip"), UV_CACHE_DIR=str(caches / "uv"))
+               PIP_CACHE_DIR=str(caches / "pip"), UV_CACHE_DIR=str(caches / "uv"),
+               MATHAGENT_WHEEL_DIR=str(caches / "wheels"))
     command = ["bash", "scripts/install.sh"] + (["--qwen"] if qwen else [])
     before = load()
     started = time.monotonic()

