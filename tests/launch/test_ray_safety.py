@@ -113,6 +113,49 @@ def test_recorded_pid_counts_only_with_its_start_time(decoys):
     assert not running(proc)
 
 
+def test_a_head_is_stopped_in_the_order_of_ray_stop():
+    """The raylet first, the GCS server last, every other process in between (signalled
+    together, a raylet waits for its stopping GCS server until a timeout)."""
+    from mathagent.launch.ray_head import _stop_order
+
+    class Proc:
+        def __init__(self, name):
+            self._name = name
+
+        def name(self):
+            if self._name is None:
+                raise psutil.NoSuchProcess(1)
+            return self._name
+
+    gcs, monitor, raylet, agent, gone = (Proc(n) for n in ("gcs_server", "python", "raylet",
+                                                           "ray::DashboardAgent", None))
+    assert _stop_order([gcs, monitor, raylet, agent, gone]) == [[raylet],
+                                                                [monitor, agent, gone], [gcs]]
+    assert _stop_order([monitor]) == [[monitor]]
+    assert _stop_order([]) == []
+
+
+def test_an_exited_process_not_yet_reaped_counts_as_gone():
+    """A head's processes are reaped by the init process, which may take seconds: one that
+    exited (a zombie) is gone for ``stop``, and a running one is waited for."""
+    from mathagent.launch.ray_head import _wait_gone
+
+    exited = subprocess.Popen(["true"])  # not reaped until exited.wait() below
+    running_ = subprocess.Popen(["sleep", "600"])
+    try:
+        procs = [psutil.Process(exited.pid), psutil.Process(running_.pid)]
+        wait_for_zombie = time.monotonic() + hang_bound(60)
+        while procs[0].status() != psutil.STATUS_ZOMBIE and time.monotonic() < wait_for_zombie:
+            time.sleep(0.05)
+        assert _wait_gone(procs, timeout=0.2) == [procs[1]]
+        running_.kill()
+        assert _wait_gone(procs, timeout=hang_bound(60)) == []
+    finally:
+        for proc in (exited, running_):
+            proc.kill()
+            proc.wait()
+
+
 def test_stale_record_of_a_process_group_kills_nothing(decoys, tmp_path, capsys):
     """A record written before pids were recorded, naming a group that now is someone
     else's: `ray stop` and `ray status` report it stale, remove it and signal nothing."""
