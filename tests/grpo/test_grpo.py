@@ -4,7 +4,9 @@ The first group needs no model: advantages (checked against Trinity-RFT's own GR
 advantage class), the clipped loss, micro-batch accumulation, configs, model location and
 the command line. The second group loads the real bundled SmolLM2-135M once (about 20 s on
 two cores) and runs the real sampler, judge, selectors and optimiser on the CPU, ending
-with the CPU smoke of ``train-local``: a few tiny steps, then a resume.
+with the CPU smoke of ``train-local``: a few tiny steps, then a resume. The resumed runs
+that must equal uninterrupted ones, one per feedback selector, train the small model of
+``conftest.py``.
 """
 
 from __future__ import annotations
@@ -382,19 +384,33 @@ def _spy_selections(trainer) -> list:
     return seen
 
 
+@pytest.fixture(scope="module")
+def small_policy(small_model):
+    """The small model of ``conftest.py`` with its initial weights (never trained here)."""
+    torch.set_num_threads(2)
+    return policy_mod.Policy.load(small_model.model, device="cpu")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("selector", ["difficulty_based", "bots"])
-def test_resumed_run_equals_the_uninterrupted_one(policy, tmp_path, selector):
+def test_resumed_run_equals_the_uninterrupted_one(small_model, small_policy, tmp_path, selector):
     """k steps, a kill right after step k+1 wrote its samples (before its checkpoint),
     --resume, N-k more steps: the same selections, metrics and samples as N straight steps.
-    Trinity's difficulty_based keeps its posteriors only through mathagent's full state."""
+    Trinity's difficulty_based keeps its posteriors only through mathagent's full state.
+
+    On the small model of ``conftest.py`` (a step takes about a second, against several on
+    the bundled model), which trains in the step after the resume (checked below), so the
+    restored weights and optimiser state decide the resumed run's metrics. The bundled
+    model's own checkpoint is resumed into fresh weights by the CPU smoke test above, and
+    ``test_grpo_kill.py`` kills a ``train-local`` process in every part of a run.
+    """
     steps, k = 3, 1
-    cfg = grpo.load_config(grpo.SMOKE_CONFIG, {"trainer.steps": steps,
-                                               "selector.name": selector})
-    pristine = copy.deepcopy(policy.model).requires_grad_(True)
+    cfg = grpo.load_config(small_model.config, {"trainer.steps": steps,
+                                                "selector.name": selector})
+    pristine = small_policy.model
 
     def fresh_policy():
-        return policy_mod.Policy(copy.deepcopy(pristine), policy.tokenizer, device="cpu")
+        return policy_mod.Policy(copy.deepcopy(pristine), small_policy.tokenizer, device="cpu")
 
     straight = grpo.GRPOTrainer(cfg, tmp_path / "straight", policy=fresh_policy())
     straight_seen = _spy_selections(straight)
@@ -422,6 +438,10 @@ def test_resumed_run_equals_the_uninterrupted_one(policy, tmp_path, selector):
     resumed.train(progress=False)
     seen += tail
     assert seen == straight_seen and len(seen) == steps
+    trained = pd.read_csv(tmp_path / "straight" / "metrics.csv")["trained_sequences"]
+    # the first step after the resume updated the model: its loss, its gradient and the
+    # next step's replies depend on the restored weights and optimiser state
+    assert trained[k] > 0, trained.tolist()
     pd.testing.assert_frame_equal(_comparable(run / "metrics.csv"),
                                   _comparable(tmp_path / "straight" / "metrics.csv"))
     assert samples.read_text() == (tmp_path / "straight" / "samples.jsonl").read_text()

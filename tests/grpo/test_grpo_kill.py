@@ -25,16 +25,14 @@ and the checkpoint holds their complete state. A kill at every single file opera
 save and of a resume is covered, with a stand-in model, by ``test_grpo_checkpoint.py``.
 
 The model is not the bundled SmolLM2-135M, whose 1.6 GB checkpoints made a run of this
-module take about 11 minutes, but a small random Llama written by the :func:`config`
-fixture: the bundled model's tokenizer and chat template, hidden size 256, two layers,
-27M parameters (most of them the untied input and output embeddings of the 49,152-token
-vocabulary). Its checkpoint (weights and AdamW moments) is about 320 MB and takes about
-0.5 to 1 s to write on a two-core machine, long enough to be killed half-written; a step
-takes about a second. Its embeddings and output layer are set so that it replies like a
-weak model, a digit and then mostly the end of the reply, and it trains on the bundled
-taskset's tasks whose answer is one digit: some groups of replies are partly right, so the
-updates move the weights and fill the optimiser state that the resumed run must restore
-(the uninterrupted run is checked to have trained in several steps). A run on the real
+module take about 11 minutes, but the small random Llama of ``conftest.py`` (the
+:func:`small_model` fixture): the bundled model's tokenizer and chat template, 27M
+parameters, trained on the bundled taskset's tasks whose answer is one digit. Its
+checkpoint (weights and AdamW moments) is about 320 MB and takes about 0.5 to 1 s to write
+on a two-core machine, long enough to be killed half-written; a step takes about a second.
+It replies like a weak model, so some groups of replies are partly right and the updates
+move the weights and fill the optimiser state that the resumed run must restore (the
+uninterrupted run is checked to have trained in several steps). A run on the real
 model that stops after a step logged but not saved and resumes to the uninterrupted run is
 ``test_resumed_run_equals_the_uninterrupted_one`` in ``test_grpo.py`` (with both
 feedback selectors), and ``test_cpu_smoke_trains_feeds_back_logs_and_resumes`` there
@@ -65,11 +63,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-import yaml
 from bounds import finish, hang_bound, wait_for
 
-from mathagent import grpo, models, paths
-from mathagent.judge import truth_from_answer
+from mathagent import grpo, paths
 
 STEPS = 5
 PHASES = ("start-up", "logged, not saved", "saving", "mid-step")
@@ -79,66 +75,13 @@ KILL_SEEDS = [int(s) for s in os.environ.get("MATHAGENT_KILL_SEEDS", "0").split(
 STALL_S = 600
 #: How often the waits that time a kill or measure a save look at the run folder.
 POLL_S = 0.01
-HIDDEN = 256  # the small model's hidden size: its checkpoint is about 320 MB
-
-
-def _write_model(folder: Path) -> None:
-    """A random Llama with the bundled model's tokenizer that replies like a weak model.
-
-    Feature 0 of the embedding is 1 for every token but the digits, and the output layer
-    reads it as "a digit next"; feature 1 is 1 for the digits, read (less strongly) as
-    "the end of the reply next". So a reply is a digit, mostly followed by its end, now and
-    then by other tokens and digits; the random weights decide which digit is likelier.
-    """
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    gguf = models.model_file()
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    digits = tokenizer.convert_tokens_to_ids(list("0123456789"))
-    end = tokenizer.eos_token_id
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
-        num_hidden_layers=2, num_attention_heads=4, tie_word_embeddings=False,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=end,
-        pad_token_id=tokenizer.pad_token_id))
-    with torch.no_grad():
-        embed = model.get_input_embeddings().weight
-        head = model.get_output_embeddings().weight
-        embed[:, 0] = 1.0
-        embed[digits, 0] = 0.0
-        embed[digits, 1] = 1.0
-        head[digits, 0] = 4.0 + 0.1 * torch.randn(len(digits))
-        head[end, 1] = 1.5
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-
-
-def _write_taskset(folder: Path, source: Path) -> None:
-    """The tasks of the taskset ``source`` whose answer is one digit, features included."""
-    folder.mkdir()
-    for split in ("train", "test"):
-        table = pd.read_parquet(source / f"{split}.parquet")
-        one_digit = table["answer"].map(truth_from_answer).str.fullmatch(r"\d")
-        table[one_digit].to_parquet(folder / f"{split}.parquet", index=False)
 
 
 @pytest.fixture(scope="module")
-def config(tmp_path_factory):
-    """The smoke config on the small model and the one-digit tasks, every completion
-    written to samples.jsonl."""
-    folder = tmp_path_factory.mktemp("setup")
-    raw = yaml.safe_load(grpo.SMOKE_CONFIG.read_text())
-    _write_model(folder / "model")
-    _write_taskset(folder / "taskset", paths.REPO_ROOT / raw["taskset"]["path"])
-    raw["model"]["path"] = str(folder / "model")
-    raw["taskset"]["path"] = str(folder / "taskset")
-    raw["trainer"]["samples_per_step"] = raw["rollout"]["batch_size"] * \
-        raw["rollout"]["repeat_times"]
-    path = folder / "smoke_small_model.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    yield path
-    shutil.rmtree(folder)
+def config(small_model):
+    """The smoke config on the small model and the one-digit tasks (``conftest.py``), every
+    completion written to samples.jsonl."""
+    return small_model.config
 
 
 def _command(config: Path, out: Path, resume: bool) -> list[str]:
