@@ -2,9 +2,9 @@
 
 The folder is what vLLM and verl load as ``model.model_path``; here transformers loads it
 and its logits are compared with the GGUF model's own (dequantised by transformers). Two
-exports are made once for the module (loading the GGUF takes 10-20 s on a CPU): float32,
-the default, which must reproduce the GGUF model, and bfloat16, whose weights are the
-float32 ones rounded.
+folders are written once for the module (loading the GGUF takes 10-20 s on a CPU): the
+float32 export, the default, which must reproduce the GGUF model, and a bfloat16 one, whose
+weights are the float32 ones rounded, written from the already loaded GGUF model.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from mathagent import cli, serving
-from mathagent.hf_export import ExportError, export_hf, load_gguf
+from mathagent.hf_export import ExportError, export_hf, load_gguf, write_hf
 
 PROMPT = "What is 12 + 30? The answer is"
 
@@ -51,10 +51,14 @@ def fp32_export(tmp_path_factory, umask_022) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def bf16_export(tmp_path_factory, umask_022) -> Iterator[Path]:
-    """A bfloat16 export into a folder whose parent does not exist yet."""
+def bf16_export(tmp_path_factory, umask_022, reference) -> Iterator[Path]:
+    """A bfloat16 folder written into a folder whose parent does not exist yet, from the
+    model the ``reference`` fixture loaded (``write_hf``, the second half of ``export_hf``:
+    the GGUF is not dequantised a third time; ``fp32_export`` runs the whole of ``export_hf``
+    and ``test_bfloat16_weights_are_the_float32_ones_rounded`` compares the two folders)."""
     out = tmp_path_factory.mktemp("bf16") / "models" / "smollm2"
-    assert export_hf(out, dtype="bfloat16") == out
+    model, tokenizer = reference
+    assert write_hf(model, tokenizer, out, dtype="bfloat16") == out
     yield out
     shutil.rmtree(out.parent.parent)
 
@@ -212,8 +216,6 @@ def test_qwen_float32_export_reproduces_the_gguf_model(qwen_reference, tmp_path,
     GGUF once instead of twice), read back by transformers, logits within 1e-4, and its
     tokenizer and ChatML chat template are the GGUF's."""
     from transformers import AutoTokenizer
-
-    from mathagent.hf_export import write_hf
 
     model, tokenizer = qwen_reference
     want = logits(model, tokenizer)
