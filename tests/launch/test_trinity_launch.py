@@ -20,8 +20,10 @@ other processes on the machine started.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import io
 import json
 import os
 import subprocess
@@ -53,17 +55,42 @@ def tuner_kwargs(plan: launch.LaunchPlan) -> dict:
 
 
 @pytest.fixture(scope="module")
-def arith_dry_run(tmp_path_factory):
-    """``(plan, preflight result)`` of a dry run of the arithmetic config (one temporary head)."""
+def arith_cli_dry_run(tmp_path_factory):
+    """``train --dry-run`` of the arithmetic config on a local model folder (one temporary
+    Ray head): its exit code, stdout and checkpoint root, and the plan and preflight result
+    that ``train`` made (seen by wrapping its ``preflight``)."""
+    from mathagent.launch import commands
+
     root = tmp_path_factory.mktemp("arith-dry-run")
-    with pytest.MonkeyPatch.context() as mp:
+    model = root / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    seen = {}
+
+    def preflight(plan, **kwargs):
+        seen["plan"] = plan
+        seen["result"] = real(plan, **kwargs)
+        return seen["result"]
+
+    real = commands.preflight
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
         isolate(mp, root)
-        plan = launch.load_plan(ARITH, [f"cluster.ray_address={closed_address()}"],
-                                work_dir=root / "work")
-        result = launch.preflight(plan, dry_run=True)
+        mp.setenv("TRINITY_MODEL_PATH", str(model))
+        mp.setattr(commands, "preflight", preflight)
+        rc = cli.main(["train", "--config", str(ARITH), "--dry-run", "--compare", "none",
+                       f"cluster.ray_address={closed_address()}"])
+    return {"rc": rc, "out": out.getvalue(), "model": model,
+            "checkpoints": root / "checkpoints", **seen}
+
+
+@pytest.fixture(scope="module")
+def arith_dry_run(arith_cli_dry_run):
+    """``(plan, preflight result)`` of the dry run of the arithmetic config."""
+    result = arith_cli_dry_run["result"]
     assert result.ok, result.report()
     assert any("started a temporary head" in p for p in result.passed), result.report()
-    return plan, result
+    return arith_cli_dry_run["plan"], result
 
 
 # --------------------------------------------------------------------------------------
@@ -410,16 +437,10 @@ def test_checked_config_keeps_the_carried_settings(arith_dry_run):
 
 
 @pytest.mark.slow
-def test_dry_run_lists_the_carried_settings(tmp_path, monkeypatch, capsys):
+def test_dry_run_lists_the_carried_settings(arith_cli_dry_run):
     """The whole dry run of the arithmetic config (a temporary Ray head) on a local model folder."""
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text('{"model_type": "llama"}')
-    monkeypatch.setenv("TRINITY_MODEL_PATH", str(model))
-    rc = cli.main(["train", "--config", str(ARITH), "--dry-run", "--compare", "none",
-                   f"cluster.ray_address={closed_address()}"])
-    out = capsys.readouterr().out
-    assert rc == 0, out
+    out, model = arith_cli_dry_run["out"], arith_cli_dry_run["model"]
+    assert arith_cli_dry_run["rc"] == 0, out
     assert "Judge: lenient_judge (mathagent.judge.lenient_judge)" in out
     carried = out.split("Rollout settings of the YAML that tune() would drop, carried into "
                         "the run:\n")[1].split("\n\n")[0].splitlines()
@@ -435,7 +456,7 @@ def test_dry_run_lists_the_carried_settings(tmp_path, monkeypatch, capsys):
     assert f"kv_cache_memory_bytes: {KV_BYTES}" in resolved
     assert "Difference from" not in out  # --compare none
     assert "Dry run: config and data are sound" in out
-    assert not (tmp_path / "checkpoints").exists()
+    assert not arith_cli_dry_run["checkpoints"].exists()
 
 
 # --------------------------------------------------------------------------------------
@@ -595,10 +616,11 @@ from mathagent import launch
 
 address, use_env, empty_tmp = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
 scale = float(sys.argv[4])  # bounds.hang_bound's scale
+namespace = sys.argv[5]  # the run's own: another driver may name its actors alike
 cfg = types.SimpleNamespace(get_envs=lambda: {},
                             cluster=types.SimpleNamespace(ray_address=address))
 runtime_env = launch.worker_runtime_env(cfg) if use_env else None
-ray.init(address=address, namespace="run", runtime_env=runtime_env, logging_level="ERROR")
+ray.init(address=address, namespace=namespace, runtime_env=runtime_env, logging_level="ERROR")
 
 @ray.remote
 class Synchronizer:
@@ -615,7 +637,7 @@ def engine_worker(empty_tmp):
             "from ray._private.services import get_ray_address_from_environment\n"
             "if get_ray_address_from_environment(None, None) is None:\n"
             "    sys.exit('ray.init() would start a new, empty cluster')\n"
-            "ray.init(namespace='run', logging_level='ERROR')\n"
+            f"ray.init(namespace={namespace!r}, logging_level='ERROR')\n"
             "print(ray.get(ray.get_actor('synchronizer').ping.remote()))")
     env = dict(os.environ, RAY_TMPDIR=empty_tmp)  # no default session folder to fall back on
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -640,15 +662,23 @@ def test_processes_started_by_workers_join_the_runs_cluster(tmp_path):
     script.write_text(_CHILD_LOOKUP)
     outcomes = {}
     with launch.local_ray_head(num_cpus=1, object_store_memory=100 * 2**20) as head:
-        for use_env in ("0", "1"):
-            out = subprocess.run([sys.executable, str(script), head.address, use_env, str(empty),
-                                  str(hang_bound(1))],
-                                 capture_output=True, text=True, timeout=hang_bound(420),
-                                 cwd=paths.REPO_ROOT,
-                                 env={**os.environ, "RAY_AUTH_MODE": "disabled"})
-            line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT:")]
-            assert line, out.stderr[-2000:]
-            outcomes[use_env] = json.loads(line[0][len("RESULT:"):])
+        # both drivers at once, each a job of the head in a namespace of its own
+        drivers = {use_env: subprocess.Popen(
+            [sys.executable, str(script), head.address, use_env, str(empty),
+             str(hang_bound(1)), f"run{use_env}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=paths.REPO_ROOT,
+            env={**os.environ, "RAY_AUTH_MODE": "disabled"}) for use_env in ("0", "1")}
+        try:
+            for use_env, proc in drivers.items():
+                stdout, stderr = proc.communicate(timeout=hang_bound(420))
+                line = [ln for ln in stdout.splitlines() if ln.startswith("RESULT:")]
+                assert line, stderr[-2000:]
+                outcomes[use_env] = json.loads(line[0][len("RESULT:"):])
+        finally:
+            for proc in drivers.values():
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
     rc, stdout, stderr = outcomes["0"]
     assert rc != 0 and "new, empty cluster" in stderr  # without the address: none to join
     rc, stdout, stderr = outcomes["1"]
