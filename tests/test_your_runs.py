@@ -120,8 +120,8 @@ def test_the_h200_notebook_readme_states_what_its_runs_and_log_hold():
         assert f"{session} s" in readme
     minutes = f"{sum(map(float, sessions)) / 60:.1f} minutes"
     assert minutes in readme and minutes in (paths.REPO_ROOT / "README.md").read_text()
-    runs = sorted(p for p in (H200 / "runs").iterdir())
-    table = run_facts.runs_overview(runs, "H200", H200 / "runs")
+    runs = sorted(p for p in (H200 / "notebook04_runs").iterdir())
+    table = run_facts.runs_overview(runs, "H200", H200 / "notebook04_runs")
     for _, run in table.iterrows():
         row = next(line for line in readme.splitlines() if line.startswith(f"| `{run['run']}`"))
         cells = [c.strip() for c in row.split("|")[1:-1]]
