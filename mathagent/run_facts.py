@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import textwrap
 from collections.abc import Iterable, Sequence
@@ -346,16 +347,23 @@ def runs_made_here(root: str | Path | None = None) -> list[Path]:
     :func:`mathagent.paths.runs_dir`): every ``train-local`` run folder
     (``train_local/<stamp>-...``, by name, so by the time it began; one killed before its
     first step is listed too), then the Trinity-RFT runs found under any ``smoke`` folder (the
-    short runs of notebook 04 and ``launch.run_smoke``), by path. Simulated sweeps are not
+    short runs of notebook 04 and ``launch.run_smoke``), by path. While ``python -m mathagent
+    tutorial`` runs, the notebooks' scratch folders are in its run folder (``--out``, which
+    may lie outside ``runs/``): its ``smoke`` folders are searched too. Simulated sweeps are not
     training runs and are left out."""
     from mathagent import paths
     from mathagent.results import find_runs, has_runs
 
     root = Path(root) if root is not None else paths.runs_dir()
     found = sorted(d for d in (root / paths.TRAIN_LOCAL_RUNS).glob("*") if d.is_dir())
-    for smoke in sorted(p for p in root.rglob(paths.SMOKE_RUNS) if p.is_dir()):
-        if has_runs(smoke):
-            found += [r for r in find_runs(smoke) if r not in found]
+    searched = [root]
+    tutorial_run = os.environ.get(paths.RUN_DIR_ENV)
+    if tutorial_run and not Path(tutorial_run).resolve().is_relative_to(root.resolve()):
+        searched.append(Path(tutorial_run))
+    for where in searched:
+        for smoke in sorted(p for p in where.rglob(paths.SMOKE_RUNS) if p.is_dir()):
+            if has_runs(smoke):
+                found += [r for r in find_runs(smoke) if r not in found]
     return found
 
 

@@ -133,6 +133,11 @@ def test_notebooks_collect_packs_executed_notebooks_and_logs_not_checkpoints(tmp
     weights.mkdir(parents=True)
     (weights / "model.safetensors").write_text("w")
     (w / "notebooks.log").write_text("notebooks 04-05: exit 0 after 500 s\n")
+    # `start tutorial`: the tutorial command's run folder, with notebook 04's scratch folders
+    tutorial = w / "tutorial"
+    (tutorial / "04_training_launch" / "smoke" / "job" / "global_step_2").mkdir(parents=True)
+    (tutorial / "04_training_launch" / "smoke" / "job" / "global_step_2" / "model.pt").write_text("w")
+    (tutorial / "05_results.ipynb").write_text('{"cells": []}')
     env = {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b")}
     done = subprocess.run(["bash", str(NOTEBOOKS_SCRIPT), "collect"], env=env,
                           capture_output=True, text=True, timeout=hang_bound(60))
@@ -141,8 +146,19 @@ def test_notebooks_collect_packs_executed_notebooks_and_logs_not_checkpoints(tmp
         names = set(tar.getnames())
     run = "proj/runs/tutorial/smoke/config_difficulty_arithmetic"
     assert {"notebooks.log", "proj/notebooks/04_training_launch.ipynb", f"{run}/train.log",
-            f"{run}/checkpoints/job/monitor/tensorboard/events.out.tfevents.1"} <= names
-    assert not any("global_step" in n or n.endswith(".safetensors") for n in names)
+            f"{run}/checkpoints/job/monitor/tensorboard/events.out.tfevents.1",
+            "tutorial/05_results.ipynb"} <= names
+    assert not any("global_step" in n or n.endswith((".safetensors", ".pt")) for n in names)
+
+
+def test_notebooks_start_refuses_an_unknown_mode_before_doing_anything(tmp_path):
+    w = tmp_path / "w"
+    env = {**os.environ, "W": str(w), "OUT": str(tmp_path / "out"), "B": str(tmp_path / "b")}
+    done = subprocess.run(["bash", str(NOTEBOOKS_SCRIPT), "start", "full"], env=env,
+                          capture_output=True, text=True, timeout=hang_bound(60))
+    assert done.returncode == 2
+    assert done.stderr.strip() == "start: unknown mode full (nbmake or tutorial)"
+    assert not w.exists()   # nothing installed, copied or started
 
 
 def test_every_gpu_script_parses():

@@ -40,6 +40,30 @@ def test_runs_made_here_are_the_training_runs_under_runs(tmp_path):
     assert run_facts.runs_made_here(tmp_path / "nothing") == []
 
 
+def test_the_tutorials_run_folder_is_searched_for_smoke_runs_too(tmp_path, monkeypatch):
+    """Under ``python -m mathagent tutorial --out DIR`` notebook 04's scratch folders (and so
+    its Trinity-RFT smoke run) are in DIR, which may lie outside ``runs/``: notebook 05 lists
+    that run as well, once, whether DIR is outside ``runs/`` or inside it."""
+    root, job, early = _runs_dir(tmp_path)
+    out = tmp_path / "tutorial"
+    elsewhere = out / "04_training_launch" / "smoke" / "config_random_arithmetic" \
+        / "checkpoints" / "Data-Augmentation" / "Random-Selector-Arithmetic"
+    shutil.copytree(RESULTS / "trinity_h200" / "random_seed0", elsewhere)
+    assert elsewhere not in run_facts.runs_made_here(root)
+    monkeypatch.setenv(paths.RUN_DIR_ENV, str(out))
+    found = run_facts.runs_made_here(root)
+    assert found[-1] == elsewhere and found.count(elsewhere) == 1
+    table = run_facts.runs_overview(found, "made here", root)
+    assert table.iloc[-1]["run"] == str(elsewhere)   # outside runs/: named in full
+    assert table.iloc[-1]["held-out, last eval"] == "0.080 (step 40)"
+    inside = root / "tutorial" / "20261204-140000"   # the default --out, under runs/
+    shutil.move(out, inside)
+    moved = inside / elsewhere.relative_to(out)
+    monkeypatch.setenv(paths.RUN_DIR_ENV, str(inside))
+    found = run_facts.runs_made_here(root)
+    assert found.count(moved) == 1 and len(found) == 6
+
+
 def test_the_overview_reads_each_run_and_says_which_logged_nothing(tmp_path):
     root, job, early = _runs_dir(tmp_path)
     table = run_facts.runs_overview(run_facts.runs_made_here(root), "made here", root)
@@ -134,3 +158,44 @@ def test_the_h200_notebook_readme_states_what_its_runs_and_log_hold():
         notebook = json.loads(next(H200.glob(f"{number}_*.ipynb")).read_text())
         code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
         assert code and all(c["execution_count"] for c in code), number
+
+
+def test_the_h200_tutorial_run_is_what_its_readme_says():
+    """The tutorial command's run on the H200 (``tutorial/``): every wall time in the README is
+    the command's own summary in ``tutorial.log``, its total too; every row of the runs table is
+    what ``runs_overview`` reads from the runs it made; every code cell of the executed copies
+    ran, notebook 04's knob and notebook 05's table of the runs made here included."""
+    import json
+    import re
+
+    readme = (H200 / "README.md").read_text()
+    section = readme[readme.index("## `python -m mathagent tutorial` on the H200"):
+                     readme.index("## What did not run on the GPU")]
+    log = (H200 / "tutorial" / "tutorial.log").read_text()
+    summary = dict(re.findall(r"^  (\d\d)_\w+\.ipynb\s+ok\s+([\d.]+) s$", log, re.M))
+    assert sorted(summary) == ["01", "02", "03", "04", "05"] and "FAILED" not in log
+    for number, seconds in summary.items():
+        row = next(line for line in section.splitlines() if line.startswith(f"| `{number}_"))
+        assert f"| ok | {seconds} s |" in row
+    total = re.search(r"exit 0 after (\d+) s", log).group(1)
+    assert f"**{total} s ({int(total) / 60:.1f} minutes)**" in section
+    assert f"{int(total) / 60:.1f} minutes through `python -m mathagent tutorial --smoke`" in \
+        (paths.REPO_ROOT / "README.md").read_text().replace("\n", " ")
+    runs = sorted((H200 / "tutorial" / "notebook04_runs").iterdir())
+    table = run_facts.runs_overview(runs, "H200", H200 / "tutorial" / "notebook04_runs")
+    assert len(table) == 5
+    for _, run in table.iterrows():
+        row = next(line for line in section.splitlines() if line.startswith(f"| `{run['run']}`"))
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        assert cells[2] == str(run["steps"])
+        assert cells[3] == f"{run['held-out, first eval']} / {run['held-out, last eval']}"
+        assert cells[4] == run["rollout accuracy, last step"]
+    for number in summary:
+        notebook = json.loads(next((H200 / "tutorial").glob(f"{number}_*.ipynb")).read_text())
+        code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+        assert code and all(c["execution_count"] for c in code), number
+        text = json.dumps(notebook)
+        if number == "04":
+            assert "startup_s 333 s, train_s 416 s" in text and "t0.5-s0" in text and "t0.8-s0" in text
+        if number == "05":
+            assert "4 training run(s) made here" in text

@@ -8,6 +8,10 @@
 #   bash scripts/gpu/notebooks.sh start         install the bundle (unless installed), copy the
 #                                               project, export the bundled model, then detached:
 #                                               the notebooks (see below)
+#   bash scripts/gpu/notebooks.sh start tutorial   the same, but the notebooks run through
+#                                               `python -m mathagent tutorial --smoke` (the same
+#                                               quick variant; the executed copies and figures in
+#                                               $W/tutorial, its summary at the end of the log)
 #   bash scripts/gpu/notebooks.sh wait SECONDS  follow them, then `collect`
 #   bash scripts/gpu/notebooks.sh collect       executed notebooks, timings, logs -> $OUT
 #
@@ -32,10 +36,23 @@ part)
   copy_part "${2:?DIR}"
   ;;
 start)
+  mode=${2:-nbmake}
+  case "$mode" in nbmake|tutorial) ;; *) echo "start: unknown mode $mode (nbmake or tutorial)" >&2; exit 2;; esac
   mkdir -p "$W" "$OUT"
   setup   # the bundle, the project copy in $W/proj (cd), the bundled model in $W/model
   setsid bash scripts/gpu/gpu_monitor.sh "$W/gpu" > /dev/null 2>&1 < /dev/null &
-  cat > "$W/notebooks.sh" <<EOF
+  if [ "$mode" = tutorial ]; then
+    cat > "$W/notebooks.sh" <<EOF
+set -u
+cd "$W/proj"
+export TRINITY_MODEL_PATH="$W/model" MATHAGENT_MODEL_PATH="$W/model"
+s=\$(date +%s); echo "[\$(date +%H:%M:%S)] notebooks 01-05 (tutorial): start"
+python3 -m mathagent tutorial --smoke --out "$W/tutorial" < /dev/null
+rc=\$?; echo "[\$(date +%H:%M:%S)] notebooks 01-05 (tutorial): exit \$rc after \$(( \$(date +%s) - s )) s"
+echo "all notebooks ended"
+EOF
+  else
+    cat > "$W/notebooks.sh" <<EOF
 set -u
 cd "$W/proj"
 export TRINITY_MODEL_PATH="$W/model" MATHAGENT_MODEL_PATH="$W/model"
@@ -57,17 +74,18 @@ python3 -m pytest -p no:cacheprovider --nbmake --overwrite --durations=0 -v \
 rc=\$?; echo "[\$(date +%H:%M:%S)] notebooks 04-05: exit \$rc after \$(( \$(date +%s) - s )) s"
 echo "all notebooks ended"
 EOF
+  fi
   setsid bash "$W/notebooks.sh" > "$W/notebooks.log" 2>&1 < /dev/null & echo $! > "$W/notebooks.pid"
   log "the notebooks started (log $W/notebooks.log)"
   ;;
 wait)
-  follow "$W/notebooks.pid" "$W/notebooks.log" "notebooks [0-9-]+: |PASSED|FAILED|stopped" "${2:?SECONDS}"
-  grep -aE "notebooks [0-9-]+: |PASSED|FAILED|passed|failed" "$W/notebooks.log" | tail -n 12
+  follow "$W/notebooks.pid" "$W/notebooks.log" "notebooks [0-9-]+|PASSED|FAILED|stopped|^\[[0-9]/[0-9]\]" "${2:?SECONDS}"
+  grep -aE "notebooks [0-9-]+|PASSED|FAILED|passed|failed|^\[[0-9]/[0-9]\]|^  [0-9][0-9]_" "$W/notebooks.log" | tail -n 12
   bash "$0" collect
   ;;
 collect)
   mkdir -p "$OUT"
-  items=$(cd "$W" && for f in proj/notebooks proj/runs notebooks.log notebooks.sh gpu.csv gpu_apps.csv; do
+  items=$(cd "$W" && for f in proj/notebooks proj/runs tutorial notebooks.log notebooks.sh gpu.csv gpu_apps.csv; do
     [ -e "$f" ] && echo "$f"; done | xargs || true)
   # the notebooks' figures and the runs' logs, not their checkpoints
   [ -z "$items" ] || tar -czf "$OUT/notebooks_h200.tgz" -C "$W" --exclude='*.safetensors' \
