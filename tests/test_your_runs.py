@@ -3,7 +3,10 @@ beside the committed ones (``run_facts.runs_made_here``, ``runs_overview``, ``yo
 
 from __future__ import annotations
 
+import json
 import shutil
+
+import pandas as pd
 
 from mathagent import paths, run_facts
 
@@ -124,6 +127,31 @@ def test_the_overview_reads_runs_with_no_evaluation_an_empty_table_or_a_gap(tmp_
 H200 = RESULTS / "notebooks_h200"
 
 
+def _check_runs_table(text: str, folder) -> pd.DataFrame:
+    """Each run under ``folder`` has a row in ``text`` (the first one naming it) whose steps,
+    held-out accuracies and rollout accuracy are what ``runs_overview`` reads from it."""
+    table = run_facts.runs_overview(sorted(folder.iterdir()), "H200", folder)
+    for _, run in table.iterrows():
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{run['run']}`"))
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        assert cells[2] == str(run["steps"])
+        assert cells[3] == f"{run['held-out, first eval']} / {run['held-out, last eval']}"
+        assert cells[4] == run["rollout accuracy, last step"]
+    return table
+
+
+def _check_executed(folder, numbers) -> dict[str, str]:
+    """The executed copies in ``folder`` kept their outputs: every code cell ran. Returns each
+    notebook's text by number."""
+    texts = {}
+    for number in numbers:
+        notebook = json.loads(next(folder.glob(f"{number}_*.ipynb")).read_text())
+        code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+        assert code and all(c["execution_count"] for c in code), number
+        texts[number] = json.dumps(notebook)
+    return texts
+
+
 def test_the_h200_notebook_readme_states_what_its_runs_and_log_hold():
     """The executed notebooks' README: every wall time is pytest's own duration in
     ``nbmake_run.log``, and every row of its runs table is what ``runs_overview`` reads from the
@@ -144,20 +172,8 @@ def test_the_h200_notebook_readme_states_what_its_runs_and_log_hold():
         assert f"{session} s" in readme
     minutes = f"{sum(map(float, sessions)) / 60:.1f} minutes"
     assert minutes in readme and minutes in (paths.REPO_ROOT / "README.md").read_text()
-    runs = sorted(p for p in (H200 / "notebook04_runs").iterdir())
-    table = run_facts.runs_overview(runs, "H200", H200 / "notebook04_runs")
-    for _, run in table.iterrows():
-        row = next(line for line in readme.splitlines() if line.startswith(f"| `{run['run']}`"))
-        cells = [c.strip() for c in row.split("|")[1:-1]]
-        assert cells[2] == str(run["steps"])
-        assert cells[3] == f"{run['held-out, first eval']} / {run['held-out, last eval']}"
-        assert cells[4] == run["rollout accuracy, last step"]
-    import json
-
-    for number in durations:   # executed copies, outputs kept: every code cell ran
-        notebook = json.loads(next(H200.glob(f"{number}_*.ipynb")).read_text())
-        code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
-        assert code and all(c["execution_count"] for c in code), number
+    assert len(_check_runs_table(readme, H200 / "notebook04_runs")) == 3
+    _check_executed(H200, durations)
 
 
 def test_the_h200_tutorial_run_is_what_its_readme_says():
@@ -165,7 +181,6 @@ def test_the_h200_tutorial_run_is_what_its_readme_says():
     the command's own summary in ``tutorial.log``, its total too; every row of the runs table is
     what ``runs_overview`` reads from the runs it made; every code cell of the executed copies
     ran, notebook 04's knob and notebook 05's table of the runs made here included."""
-    import json
     import re
 
     readme = (H200 / "README.md").read_text()
@@ -181,21 +196,8 @@ def test_the_h200_tutorial_run_is_what_its_readme_says():
     assert f"**{total} s ({int(total) / 60:.1f} minutes)**" in section
     assert f"{int(total) / 60:.1f} minutes through `python -m mathagent tutorial --smoke`" in \
         (paths.REPO_ROOT / "README.md").read_text().replace("\n", " ")
-    runs = sorted((H200 / "tutorial" / "notebook04_runs").iterdir())
-    table = run_facts.runs_overview(runs, "H200", H200 / "tutorial" / "notebook04_runs")
-    assert len(table) == 5
-    for _, run in table.iterrows():
-        row = next(line for line in section.splitlines() if line.startswith(f"| `{run['run']}`"))
-        cells = [c.strip() for c in row.split("|")[1:-1]]
-        assert cells[2] == str(run["steps"])
-        assert cells[3] == f"{run['held-out, first eval']} / {run['held-out, last eval']}"
-        assert cells[4] == run["rollout accuracy, last step"]
-    for number in summary:
-        notebook = json.loads(next((H200 / "tutorial").glob(f"{number}_*.ipynb")).read_text())
-        code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
-        assert code and all(c["execution_count"] for c in code), number
-        text = json.dumps(notebook)
-        if number == "04":
-            assert "startup_s 333 s, train_s 416 s" in text and "t0.5-s0" in text and "t0.8-s0" in text
-        if number == "05":
-            assert "4 training run(s) made here" in text
+    assert len(_check_runs_table(section, H200 / "tutorial" / "notebook04_runs")) == 5
+    executed = _check_executed(H200 / "tutorial", summary)
+    assert "startup_s 333 s, train_s 416 s" in executed["04"]
+    assert "t0.5-s0" in executed["04"] and "t0.8-s0" in executed["04"]   # the knob's two runs
+    assert "4 training run(s) made here" in executed["05"]
