@@ -48,16 +48,17 @@ def test_a_target_for_a_selector_without_one_or_out_of_range_is_one_line(capsys)
 
 
 @pytest.mark.slow
-def test_target_reward_runs_trains_one_run_per_target(tmp_path, monkeypatch):
-    """What notebook 04 runs on a GPU, here on the CPU with the smoke config and one step: a
-    real ``train-local`` run per target, each in its own folder with the target it used."""
+def test_target_reward_runs_trains_one_run_per_target(small_model, tmp_path, monkeypatch):
+    """What notebook 04 runs on a GPU, here on the CPU with one step of the smoke config on the
+    small model of the resume tests (conftest.py): a real ``train-local`` run per target, each
+    in its own folder with the target it used."""
     import yaml
 
     from mathagent import run_facts
 
     monkeypatch.setenv("MATHAGENT_RUNS", str(tmp_path / "runs"))
     runs = grpo.target_reward_runs((0.5,), selector="difficulty_based", seed=0, steps=1,
-                                   device="cpu", config=grpo.SMOKE_CONFIG)
+                                   device="cpu", config=small_model.config)
     assert [r.parent for r in runs] == [tmp_path / "runs" / "train_local"]
     assert runs[0].name.endswith("-difficulty_based-t0.5-s0")
     config = yaml.safe_load((runs[0] / "config.yaml").read_text())
@@ -66,5 +67,5 @@ def test_target_reward_runs_trains_one_run_per_target(tmp_path, monkeypatch):
     assert table["steps"].tolist() == [1] and table["made by"].tolist() == ["train-local"]
     with pytest.raises(RuntimeError, match="target_reward 1.5 failed"):
         grpo.target_reward_runs((1.5,), selector="bots", seed=0, steps=1, device="cpu",
-                                config=grpo.SMOKE_CONFIG)
+                                config=small_model.config)
     assert run_facts.runs_made_here(tmp_path / "runs") == runs   # no empty folder left
