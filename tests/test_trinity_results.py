@@ -395,3 +395,210 @@ def test_the_qwen_start_up_readme_states_what_its_tables_hold():
     for run in ("random_seed0", "difficulty_seed0"):   # no step, no evaluation logged
         with pytest.raises(results.RunError, match="no scalars"):
             results.read_run(QWEN_STARTUP / run)
+
+
+QWEN_MEMORY = paths.RESULTS_DIR / "trinity_h200_qwen_memory"
+
+
+def _table_rows(readme: str, columns: int) -> dict[str, list[str]]:
+    """The README's table rows of ``columns`` cells, by their first cell (backticks dropped)."""
+    rows = {}
+    for line in readme.splitlines():
+        if line.startswith("| ") and line.count("|") == columns + 1:
+            cells = [c.strip() for c in line.split("|")[1:-1]]
+            rows[cells[0].strip("`")] = cells[1:]
+    return rows
+
+
+def test_the_qwen_memory_readme_states_what_its_tables_hold():
+    """The second stretch of the Qwen pair: the README's accuracies and their standard errors,
+    who held the GPU at the out-of-memory failure, the memory peaks, the padded micro-batches,
+    the step split, the start-up minutes against stretch 1 and the quoted reply are what its
+    event files, tables, log excerpts, GPU timeline and samples hold."""
+    readme = (QWEN_MEMORY / "README.md").read_text()
+    flat = " ".join(readme.split())
+    random_run, difficulty = QWEN_MEMORY / "random_seed0", QWEN_MEMORY / "difficulty_seed0"
+    assert "**These runs are not part of the experiment.**" in readme
+    # 11 explore steps, the last on model version 10; no update of the difficulty-based run
+    steps = pd.read_csv(random_run / "buffer_steps.csv").set_index("step")
+    assert steps.index.max() == 11 and steps.loc[11, "model_version"] == 10
+    assert "11 of its 16 steps explored and 10 updates applied" in flat
+    assert not any(t.startswith("actor/") for t in results.read_scalars(difficulty)["tag"])
+
+    # held-out accuracy, its binomial standard error and the step-8 policy's version
+    n = 660 * 4
+    acc = results.read_run(random_run).dropna(subset=["eval_accuracy"])
+    assert acc["step"].tolist() == [0, 8]
+    first, last = acc["eval_accuracy"]
+    other = results.read_run(difficulty).dropna(subset=["eval_accuracy"])
+    assert other["step"].tolist() == [0]
+    accuracy = _table_rows(readme, 3)
+    for run, values in (("random_seed0", [first, last]),
+                        ("difficulty_seed0", [other["eval_accuracy"].iloc[0]])):
+        for cell, value in zip(accuracy[run], values, strict=False):
+            assert f"{value:.3f}" in cell and f"({round(value * n)} of 2,640" in cell, run
+    se = [np.sqrt(p * (1 - p) / n) for p in (first, last)]
+    diff_se = np.hypot(*se)
+    assert f"is {se[0]:.3f} at step 0 and {se[1]:.3f} at step 8" in flat
+    assert f"the gain of {last - first:.3f} is {(last - first) / diff_se:.0f} standard " \
+           f"errors of the difference ({diff_se:.3f})" in flat
+    assert f"which still leaves {(last - first) / diff_se / 2:.0f}." in flat
+    assert steps.loc[8, "model_version"] == 7 and "ran on model version 7" in flat
+    rewards = steps["mean_reward"]
+    assert f"went {rewards.loc[1]:.3f} at step 1" in flat
+    assert f"{rewards.loc[2:7].min():.3f}-{rewards.loc[2:7].max():.3f} at steps 2-7" in flat
+    assert f"{rewards.loc[8:10].min():.3f}-{rewards.loc[8:10].max():.3f} at steps 8-10" in flat
+    assert f"and {rewards.loc[11]:.3f} at step 11" in flat
+
+    # no tool offered, none called; the quoted reply with its invented output
+    params = json.loads((random_run / "params.json").read_text())
+    assert not params["settings"]["agent"]["python_tool"]
+    assert not params["settings"]["agent"]["meta_tool"]
+    scalars = results.read_scalars(random_run)
+    tools = scalars[scalars["tag"] == "eval/eval-arithmetic-qwen/tool_calls/mean@4"]
+    assert tools["step"].tolist() == [0, 8] and (tools["value"] == 0).all()
+    for run in (random_run, difficulty):
+        assert (pd.read_csv(run / "buffer_steps.csv")["tool_call_rate"] == 0).all()
+    replies = [json.loads(line) for line in
+               (random_run / "samples.jsonl").read_text().splitlines()]
+    early = [r for r in replies if r["step"] == 1]
+    late = [r for r in replies if r["step"] == 11]
+    assert len(early) == len(late) == 16
+    python = sum("```python" in r["response"] for r in early)
+    output = sum("```output" in r["response"] for r in early)
+    assert f"{python} hold a" in flat and f"and {output} follow it" in flat
+    quoted = readme.split("````text\n")[1].split("\n````")[0]
+    lena = next(r for r in early if quoted in r["response"])
+    assert lena["reward"] == 0 and lena["question"] in flat.replace('"', "")
+    assert {r["model_version"] for r in late} == {10}
+    assert not any(f"```{block}" in r["response"] for r in late for block in ("python", "output"))
+    assert all("step by step using Python" in r["response"] for r in late)
+    assert f"{sum(r['reward'] for r in late):.0f} of them were rewarded" in flat
+
+    # the failure: the log line, the table of who held what, the GPU timeline
+    excerpt = (difficulty / "train_log_excerpt.txt").read_text()
+    message = readme.split("in the actor's backward pass:\n\n```text\n")[1].split("\n```")[0]
+    assert " ".join(message.split()) in excerpt
+    for line in ("Trainer finished", "RuntimeError: Experience pipeline is not initialized."):
+        assert line in excerpt
+    held = {cells[0]: cells[1] for cells in _table_rows(readme, 3).values()
+            if cells[0].isdigit()}
+    assert held == {"14866": "93.38", "15169": "32.63", "16559": "6.72", "16742": "6.72"}
+    for pid, gib in held.items():
+        said = "this process has" if pid == "15169" else f"Process {pid} has"
+        assert f"{said} {gib} GiB memory in use" in " ".join(excerpt.split())
+    def logged(path, text):   # the log's UTC time of the first excerpt line holding text
+        line = next(x for x in (path / "train_log_excerpt.txt").read_text().splitlines()
+                    if text in x)
+        when = datetime.strptime("2026-" + line.split()[3] + " " + line.split()[4],
+                                 "%Y-%m-%d %H:%M:%S")
+        return when.replace(tzinfo=UTC).timestamp()
+
+    failed = logged(difficulty, "torch.OutOfMemoryError")
+    start, end = (logged(random_run, f"Training at step 1 {x}") for x in ("started", "finished"))
+    assert (start, end, failed) == tuple(
+        datetime(2026, 12, 4, 14, m, s, tzinfo=UTC).timestamp() for m, s in
+        ((26, 51), (27, 11), (27, 16)))
+    apps = pd.read_csv(QWEN_MEMORY / "gpu_apps.csv", names=["t", "pid", "mib", "run"])
+    before = apps[apps["t"] < failed]
+    at_failure = before[before["t"] == before["t"].max()].set_index("pid")["mib"] / 1024
+    assert f"{at_failure[14866]:.2f}" == held["14866"]
+    trainer = apps[apps["pid"] == 14866].set_index("t")["mib"] / 1024
+    update = trainer[(trainer.index > start) & (trainer.index <= end)]
+    assert f"from {trainer[trainer.index <= start].iloc[-1]:.1f} GiB to {update.iloc[-1]:.1f} " \
+           "GiB" in flat
+    times = ", ".join(datetime.fromtimestamp(x, UTC).strftime("%H:%M:%S") for x in update.index)
+    assert f"`gpu_apps.csv`: {', '.join(f'{x:.1f}' for x in update)} GiB at {times})" in flat
+    assert f"{trainer[trainer.index > failed + 40].min():.1f} GiB and rose again to " \
+           f"{trainer.iloc[-1]:.1f} GiB by the end" in flat
+
+    # memory: the monitor's peaks, the trainer's own account, the pilot's
+    memory = pd.read_csv(QWEN_MEMORY / "gpu_memory.csv", index_col=0)
+    assert f"reached {memory.loc['trainer (FSDP actor + reference)', 'random_seed0']:.1f} GiB" \
+           in flat
+    assert f"{memory.loc['run, all processes (sum at one time)', 'random_seed0']:.1f} GiB " \
+           "with its vLLM worker" in flat
+    def perf(folder, name):
+        s = results.read_scalars(folder)
+        return s[s["tag"] == f"actor/perf/{name}_gb"].set_index("step")["value"]
+    live, kept = perf(random_run, "max_memory_allocated"), perf(random_run, "max_memory_reserved")
+    assert f"at most {live[1]:.1f} GiB of live tensors in step 1 and {live.max():.1f} GiB by " \
+           f"step {live.idxmax()}" in flat
+    assert f"{kept[1]:.1f} GiB reserved" in flat
+    assert f"{kept.max():.1f} GiB from step {kept.idxmax()} on" in flat
+    pilot_live = perf(PILOT / "async16_lr5e6", "max_memory_allocated").max()
+    pilot_kept = perf(PILOT / "async16_lr5e6", "max_memory_reserved").max()
+    assert f"peaked at {pilot_live:.1f} GiB of live tensors and {pilot_kept:.1f} GiB reserved" \
+           in flat
+    assert f"by {pilot_live - live.max():.0f} GiB" in flat
+
+    # the padded micro-batches, from the trainer's scalars
+    def per_step(tag):
+        return scalars[scalars["tag"] == tag].set_index("step")["value"]
+    tokens = per_step("global_seqlen/mean")
+    prompts, replies_max = per_step("prompt_length/max"), per_step("response_length/max")
+    assert f"{tokens.min():,.0f}-{tokens.max():,.0f} real tokens" in flat
+    chunks = [int(np.ceil(tokens.min() / 4096)), int(np.ceil(tokens.max() / 4096))]
+    assert f"{chunks[0]}-{chunks[1]} micro-batches of {128 / chunks[1]:.0f}-" \
+           f"{128 / chunks[0]:.0f} sequences" in flat
+    assert f"prompts up to {prompts.min():.0f}-{prompts.max():.0f} tokens and replies up to " \
+           f"{replies_max.min():.0f}-{replies_max.max():.0f}" in flat
+    longest = prompts.max() + replies_max.max()
+    positions = 128 / chunks[0] * longest
+    logits = positions * 151936
+    assert f"about 16 x {longest:.0f} = {positions:,.0f} positions: {logits / 1e9:.2f} billion " \
+           f"logits a copy, {logits * 2 / 2**30:.1f} GiB in bfloat16 and " \
+           f"{logits * 4 / 2**30:.1f} GiB in float32" in flat
+
+    # the step split and the evaluations
+    phases = pd.read_csv(QWEN_MEMORY / "phase_times.csv", index_col=0)["random_seed0"]
+    assert f"rollout phase {phases['rollout phase']:.2f} (one agent run " \
+           f"{phases['one agent run (mean)']:.2f}), training step {phases['training step']:.2f}, " \
+           f"weight sync {phases['weight sync']:.2f}" in flat
+    assert f"whole step {phases['whole step (log: one explore start to the next)']:.1f}" in flat
+    whole = json.loads((random_run / "timings.json").read_text())["whole_step_s"]
+    alone = [whole[f"step {k}"] for k in range(2, 11) if k != 8]
+    assert f"steps 2-10 took {min(alone):.0f}-{max(alone):.0f} s, step 8 " \
+           f"({whole['step 8']:.0f} s) aside" in flat
+    assert f"Step 1 took {whole['step 1']:.0f} s, its update " \
+           f"{per_step('time/train_step')[1]:.2f} s" in flat
+    for tag, said in (("time/ref", "log-probabilities took a median"),
+                      ("time/update_actor", "the actor's update")):
+        assert f"{said} {per_step(tag).median():.2f} s" in flat, tag
+    evaluation = results.phase_times(random_run).loc["evaluation"].dropna()
+    other_eval = results.phase_times(difficulty).loc["evaluation"].dropna()
+    assert f"{phases['evaluation']:.2f}" == f"{evaluation['step 8']:.2f}"
+    assert f"The evaluation alone (step 8) took {evaluation['step 8']:.2f} s; at step 0, " \
+           f"beside the other run's, {evaluation['step 0']:.2f} s" in flat
+    assert f"evaluations of {evaluation['step 0']:.2f} s and {other_eval['step 0']:.2f} s" \
+           in flat
+
+    # start-up against stretch 1, and vLLM's account of its engine
+    startup = pd.read_csv(QWEN_MEMORY / "startup.csv", index_col=0)
+    before = pd.read_csv(QWEN_STARTUP / "startup.csv", index_col=0)
+    rows = _table_rows(readme, 5)
+    runs = ("random_seed0", "difficulty_seed0")
+    for milestone in before.index.drop(["step 1 starts", "last step trained",
+                                        "train command ends"]):
+        assert rows[milestone] == [f"{startup.loc[milestone, r]:.2f}" for r in runs] + \
+            [f"{before.loc[milestone, r]:.2f}" for r in runs], milestone
+    assert rows["step 1 starts"][:2] == [f"{startup.loc['step 1 starts', r]:.2f}" for r in runs]
+    gained = (before - startup).drop(["step 1 starts", "last step trained",
+                                      "train command ends"])
+    assert f"by up to {gained.max().max():.2f} minutes" in flat
+    assert (gained >= 0).all().all() and (gained == 0).sum().sum() == 1
+    zero = gained.loc["step-0 evaluation starts"]
+    assert f"the step-0 evaluation by {zero['random_seed0']:.2f} and " \
+           f"{zero['difficulty_seed0']:.2f} minutes" in flat
+    assert f"{startup.loc['train command ends', 'random_seed0']:.2f} minutes after its `train`" \
+           in flat
+    assert f"`difficulty_seed0`'s \"last step trained\" " \
+           f"({startup.loc['last step trained', 'difficulty_seed0']:.2f})" in flat
+    for run, cells in (("random_seed0", ("0.72", "20.05", "33.30")),
+                       ("difficulty_seed0", ("0.82", "21.65", "33.19"))):
+        run_excerpt = (QWEN_MEMORY / run / "train_log_excerpt.txt").read_text()
+        assert f"Loading weights took {cells[0]} seconds" in run_excerpt
+        assert f"torch.compile took {cells[1]} s" in run_excerpt
+        assert f"warmup model) took {cells[2]} s" in run_excerpt
+    assert "weights 0.72 / 0.82 s, torch.compile 20.05 / 21.65 s" in flat
+    assert "`init engine ... took` 33.30 / 33.19 s" in flat
