@@ -64,16 +64,30 @@ explorer.concurrent_mode=asynchronous explorer.max_repeat_times_per_runner=null 
 # every stretch: 16 steps at the upstream batch (16 tasks x 8 rollouts), held-out evaluation at
 # steps 0, 8 and 16. Of a 30-minute stretch, parts, setup and start-up to the step-0
 # evaluation take about 9.3 minutes (results/trinity_h200_qwen_startup/README.md), leaving
-# about 20 for evaluations and steps; alone a step took 21-28 s and an evaluation 1.3-1.9 min
-# (the pilot), and two runs share the GPU's time, so 16 steps and three evaluations each is a
-# guess at what fits, to be measured. The pilot's policy made most of its gain in the first
-# 10 steps (0.155 -> 0.402 -> 0.433 at 20), where a selector's difference would show. The trainer's memory is cut
-# so that two trainers share the GPU (the pilot's alone peaked at 115 GiB): micro-batches of
-# at most 4,096 tokens instead of 8,192 (half the float32 logits of a 151,936-word vocabulary)
-# and the entropy computed in chunks, recomputed in the backward pass (verl 0.8's FSDP engine
-# reads both from the actor's fsdp_config, not from the actor's own keys of the same names).
+# about 20 for evaluations and steps; alone a step took 24-29 s and an evaluation 84 s
+# (results/trinity_h200_qwen_memory/), and two runs share the GPU's time, so 16 steps and three
+# evaluations each is a guess at what fits, to be measured. The pilot's policy made most of its
+# gain in the first 10 steps (0.155 -> 0.402 -> 0.433 at 20), where a selector's difference
+# would show.
+# The trainer's memory is cut so that two trainers share the GPU. Capping micro-batches by
+# tokens did not do it: verl's dynamic batching cuts a step into micro-batches of about
+# max_token_len_per_gpu *real* tokens, but without padding removal (sdpa; flash-attn has no
+# wheel) each micro-batch is padded to its longest sequence, so 13-16 sequences of up to about
+# 650 tokens became one tensor of up to about 10,000 positions, each with logits over a
+# 151,936-word vocabulary. At 4,096 a trainer's live tensors still peaked at 52 GiB, PyTorch's
+# cache held up to 124 GiB, and the other run's first update ran out of memory
+# (results/trinity_h200_qwen_memory/README.md). So dynamic batching is off and every
+# micro-batch is 2 sequences, at most 2 x 4,096 positions (max_model_len), for the actor's
+# update, the reference's log-probabilities and the old policy's (verl requires the last set
+# with dynamic batching off, though Trinity bypasses that pass by default). The entropy is
+# recomputed in the backward pass; its chunked form acts only where padding is removed (not with
+# sdpa), set for when it is (verl 0.8's FSDP engine reads both from the actor's fsdp_config, not
+# from the actor's own keys of the same names).
 QWEN_ARGS=${QWEN_ARGS:-"buffer.total_steps=16 tuner.algorithm.eval_interval_steps=8 \
-trainer.max_token_len_per_gpu=4096 trainer.trainer_config.actor.fsdp_config.entropy_from_logits_with_chunking=true \
+trainer.use_dynamic_bsz=false trainer.trainer_config.actor.ppo_micro_batch_size_per_gpu=2 \
+trainer.trainer_config.ref.log_prob_micro_batch_size_per_gpu=2 \
+trainer.trainer_config.rollout.log_prob_micro_batch_size_per_gpu=2 \
+trainer.trainer_config.actor.fsdp_config.entropy_from_logits_with_chunking=true \
 trainer.trainer_config.actor.fsdp_config.entropy_checkpointing=true"}
 seed_args() {
   echo "buffer.explorer_input.taskset.data_selector.seed=$1 explorer.rollout_model.seed=$1"
