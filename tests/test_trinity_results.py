@@ -363,6 +363,16 @@ def test_a_run_stopped_before_its_first_step_keeps_its_start_up_split(tmp_path):
 QWEN_STARTUP = paths.RESULTS_DIR / "trinity_h200_qwen_startup"
 
 
+def _assert_vllm_account(folder, cells_by_run) -> None:
+    """Each run's log excerpt in ``folder`` keeps vLLM's own account of its engine: seconds to
+    load the weights, for torch.compile, and to initialise the engine (warm-up included)."""
+    for run, (weights, compiled, engine) in cells_by_run.items():
+        excerpt = (folder / run / "train_log_excerpt.txt").read_text()
+        assert f"Loading weights took {weights} seconds" in excerpt
+        assert f"torch.compile took {compiled} s" in excerpt
+        assert f"warmup model) took {engine} s" in excerpt
+
+
 def test_the_qwen_start_up_readme_states_what_its_tables_hold():
     """Every start-up minute and memory peak the README's table gives for the Qwen pair is
     the one ``startup.csv`` and ``gpu_memory.csv`` hold, and neither run reached step 1."""
@@ -384,12 +394,8 @@ def test_the_qwen_start_up_readme_states_what_its_tables_hold():
         assert memory.loc[role].nunique() == 1, role   # both runs, one figure
         assert f"{memory.loc[role].iloc[0]:.1f} {said}" in readme, role
     # vLLM's own account of its engine, as the excerpts keep it, for both runs
-    for run, cells in (("random_seed0", ("0.82", "27.46", "39.83")),
-                       ("difficulty_seed0", ("0.94", "21.37", "33.16"))):
-        excerpt = (QWEN_STARTUP / run / "train_log_excerpt.txt").read_text()
-        assert f"Loading weights took {cells[0]} seconds" in excerpt
-        assert f"torch.compile took {cells[1]} s" in excerpt
-        assert f"warmup model) took {cells[2]} s" in excerpt
+    _assert_vllm_account(QWEN_STARTUP, {"random_seed0": ("0.82", "27.46", "39.83"),
+                                        "difficulty_seed0": ("0.94", "21.37", "33.16")})
     assert "weights 0.82 / 0.94 s, torch.compile 27.46 / 21.37 s" in readme
     assert "`init engine ... took` 39.83 / 33.16 s" in readme
     for run in ("random_seed0", "difficulty_seed0"):   # no step, no evaluation logged
@@ -594,11 +600,7 @@ def test_the_qwen_memory_readme_states_what_its_tables_hold():
            in flat
     assert f"`difficulty_seed0`'s \"last step trained\" " \
            f"({startup.loc['last step trained', 'difficulty_seed0']:.2f})" in flat
-    for run, cells in (("random_seed0", ("0.72", "20.05", "33.30")),
-                       ("difficulty_seed0", ("0.82", "21.65", "33.19"))):
-        run_excerpt = (QWEN_MEMORY / run / "train_log_excerpt.txt").read_text()
-        assert f"Loading weights took {cells[0]} seconds" in run_excerpt
-        assert f"torch.compile took {cells[1]} s" in run_excerpt
-        assert f"warmup model) took {cells[2]} s" in run_excerpt
+    _assert_vllm_account(QWEN_MEMORY, {"random_seed0": ("0.72", "20.05", "33.30"),
+                                       "difficulty_seed0": ("0.82", "21.65", "33.19")})
     assert "weights 0.72 / 0.82 s, torch.compile 20.05 / 21.65 s" in flat
     assert "`init engine ... took` 33.30 / 33.19 s" in flat
