@@ -115,6 +115,40 @@ def test_collect_brings_back_a_small_vllm_compile_cache_and_leaves_a_large_one(t
     assert (out / "local.tgz").is_file()           # what follows the cache is still packed
 
 
+def test_a_packed_compile_cache_is_carried_to_the_next_runs_and_a_bad_file_refused(tmp_path):
+    """``cache FILE`` unpacks what ``collect`` packed (``vllm_cache.tgz``) into the folder each
+    run's ``VLLM_CACHE_ROOT`` starts from; a file that is not one is refused in one line and
+    the cache carried before stays."""
+    w, out = tmp_path / "w", tmp_path / "out"
+    make_work(w)
+    cache = w / "vllm_cache" / "random_seed1" / "torch_compile_cache"
+    cache.mkdir(parents=True)
+    (cache / "graph.py").write_text("compiled\n")
+    env = {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b")}
+    done = subprocess.run(["bash", str(SCRIPT), "collect"], env=env, capture_output=True,
+                          text=True, timeout=hang_bound(120))
+    assert done.returncode == 0, done.stdout + done.stderr
+    later = {**env, "W": str(tmp_path / "w2")}   # the next stretch's machine
+
+    def carry(file) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(SCRIPT), "cache", str(file)], env=later,
+                              capture_output=True, text=True, timeout=hang_bound(60))
+
+    done = carry(out / "vllm_cache.tgz")
+    assert done.returncode == 0, done.stdout + done.stderr
+    seed = tmp_path / "w2" / "vllm_cache_seed"
+    assert (seed / "torch_compile_cache" / "graph.py").read_text() == "compiled\n"
+    assert "vLLM compile cache ready for the next runs" in done.stdout
+    bad = tmp_path / "not_a_cache.tgz"
+    bad.write_text("no tar here")
+    done = carry(bad)
+    assert done.returncode == 2
+    assert done.stderr.strip() == \
+        f"cache: {bad} is not a vLLM compile cache packed by collect (tar.gz)"
+    assert (seed / "torch_compile_cache" / "graph.py").is_file()   # the earlier one stays
+    assert not (tmp_path / "w2" / "vllm_cache_seed.tmp").exists()
+
+
 NOTEBOOKS_SCRIPT = paths.REPO_ROOT / "scripts" / "gpu" / "notebooks.sh"
 
 

@@ -7,6 +7,9 @@
 #                                                    DIR/SHA256SUMS) to $B
 #   bash scripts/gpu/trinity_h200.sh qpart DIR       copy one part of the Qwen model file (DIR/q??
 #                                                    and DIR/QSHA256SUMS) to $Q
+#   bash scripts/gpu/trinity_h200.sh cache FILE      a vLLM compile cache that `collect` packed in an
+#                                                    earlier stretch (vllm_cache.tgz): every run
+#                                                    `start` makes next begins from it
 #   bash scripts/gpu/trinity_h200.sh pilot           the Qwen policy's pilot pair (below), with
 #                                                    `start` on the joined Qwen model file
 #   bash scripts/gpu/trinity_h200.sh qwen SEED...    the Qwen policy's pair per SEED (random_qwen_seedN,
@@ -112,6 +115,15 @@ part)
 qpart)
   copy_qpart "${2:?DIR}"
   ;;
+cache)
+  # unpacked once into $W/vllm_cache_seed; a file that is not a readable tar.gz is refused
+  f=${2:?FILE}; mkdir -p "$W"; rm -rf "$W/vllm_cache_seed.tmp"; mkdir "$W/vllm_cache_seed.tmp"
+  if ! tar -xzf "$f" -C "$W/vllm_cache_seed.tmp" 2>/dev/null; then
+    rm -rf "$W/vllm_cache_seed.tmp"; echo "cache: $f is not a vLLM compile cache packed by collect (tar.gz)" >&2; exit 2
+  fi
+  rm -rf "$W/vllm_cache_seed"; mv "$W/vllm_cache_seed.tmp" "$W/vllm_cache_seed"
+  log "vLLM compile cache ready for the next runs: $(du -sm "$W/vllm_cache_seed" | cut -f1) MB in $W/vllm_cache_seed"
+  ;;
 pilot)
   mkdir -p "$W"; join_model "$W/qwen.gguf"
   specs=()
@@ -137,8 +149,13 @@ start)
     export MATHAGENT_RUN_LABEL=$name MATHAGENT_RUNS=$W/runs/$name
     export TRINITY_CHECKPOINT_ROOT_DIR=$W/ckpt/$name TRINITY_MODEL_PATH=${MODEL_DIR:-$W/model}
     echo "$TRINITY_MODEL_PATH" > "$W/$name.model"   # the model of the run (collect decodes with it)
-    # vLLM's compile cache per run: runs compiling at the same time do not share files
+    # vLLM's compile cache per run: runs compiling at the same time do not share files; each
+    # starts from the carried one (`cache`), if any
     export VLLM_CACHE_ROOT=$W/vllm_cache/$name
+    if [ -d "$W/vllm_cache_seed" ] && [ ! -e "$VLLM_CACHE_ROOT" ]; then
+      mkdir -p "$W/vllm_cache"; cp -r "$W/vllm_cache_seed" "$VLLM_CACHE_ROOT"
+      log "$name: vLLM starts from the carried compile cache"
+    fi
     python3 -m mathagent ray start --temp-dir "/tmp/ray_$name" \
       --object-store-memory $((4 * 1024**3)) 2>&1 | grep -v "starting Ray head" | tail -2
     date +%s > "$W/$name.t0"
