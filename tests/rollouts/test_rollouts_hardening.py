@@ -100,11 +100,14 @@ class StandIn:
 
             def _json(self, code: int, body: dict) -> None:
                 data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True   # the client was killed mid-request
 
             def do_GET(self):
                 if self.path.rstrip("/").endswith("/models"):
