@@ -88,15 +88,21 @@ def test_wait_collects_finished_and_running_runs(tmp_path):
     assert metrics.splitlines()[-1] == "2,0.2"  # packed as it stands, mid-run
 
 
-def test_collect_brings_back_a_small_vllm_compile_cache_and_leaves_a_large_one(tmp_path):
-    """``collect`` packs the first run's vLLM compile cache when it is at most 40 MB, says so
-    in one line when it is larger, and never brings back a cache packed by an earlier call."""
+def _work_with_a_compile_cache(tmp_path):
+    """A work folder with one run's vLLM compile cache (one file); its OUT folder, the cache's
+    compiled-graph folder and the environment the script steps run with."""
     w, out = tmp_path / "w", tmp_path / "out"
     make_work(w)
     cache = w / "vllm_cache" / "random_seed1" / "torch_compile_cache"
     cache.mkdir(parents=True)
     (cache / "graph.py").write_text("compiled\n")
-    env = {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b")}
+    return out, cache, {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b")}
+
+
+def test_collect_brings_back_a_small_vllm_compile_cache_and_leaves_a_large_one(tmp_path):
+    """``collect`` packs the first run's vLLM compile cache when it is at most 40 MB, says so
+    in one line when it is larger, and never brings back a cache packed by an earlier call."""
+    out, cache, env = _work_with_a_compile_cache(tmp_path)
 
     def collect() -> subprocess.CompletedProcess:
         return subprocess.run(["bash", str(SCRIPT), "collect"], env=env, capture_output=True,
@@ -119,12 +125,7 @@ def test_a_packed_compile_cache_is_carried_to_the_next_runs_and_a_bad_file_refus
     """``cache FILE`` unpacks what ``collect`` packed (``vllm_cache.tgz``) into the folder each
     run's ``VLLM_CACHE_ROOT`` starts from; a file that is not one is refused in one line and
     the cache carried before stays."""
-    w, out = tmp_path / "w", tmp_path / "out"
-    make_work(w)
-    cache = w / "vllm_cache" / "random_seed1" / "torch_compile_cache"
-    cache.mkdir(parents=True)
-    (cache / "graph.py").write_text("compiled\n")
-    env = {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b")}
+    out, cache, env = _work_with_a_compile_cache(tmp_path)
     done = subprocess.run(["bash", str(SCRIPT), "collect"], env=env, capture_output=True,
                           text=True, timeout=hang_bound(120))
     assert done.returncode == 0, done.stdout + done.stderr
