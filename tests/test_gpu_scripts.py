@@ -234,19 +234,19 @@ def test_the_run_steps_settings_load_through_trinity(tmp_path):
                 from verl.utils.config import omega_conf_to_dataclass
 
                 verl = build_verl_config(config)
-                # fixed micro-batches of 2 sequences, no token-capped dynamic batching, for
+                # fixed micro-batches of 4 sequences, no token-capped dynamic batching, for
                 # the update and the reference's and the old policy's log-probabilities
                 assert verl.actor.use_dynamic_bsz is False
-                assert verl.actor.ppo_micro_batch_size_per_gpu == 2
+                assert verl.actor.ppo_micro_batch_size_per_gpu == 4
                 assert verl.ref.log_prob_use_dynamic_bsz is False
-                assert verl.ref.log_prob_micro_batch_size_per_gpu == 2
+                assert verl.ref.log_prob_micro_batch_size_per_gpu == 4
                 assert verl.rollout.log_prob_use_dynamic_bsz is False
-                assert verl.rollout.log_prob_micro_batch_size_per_gpu == 2
+                assert verl.rollout.log_prob_micro_batch_size_per_gpu == 4
                 # verl's own actor config accepts it, and a step's 16 x 8 experiences (one
                 # mini-batch) split into whole micro-batches
                 actor = omega_conf_to_dataclass(verl.actor)
-                assert (actor.use_dynamic_bsz, actor.ppo_micro_batch_size_per_gpu) == (False, 2)
-                assert config.buffer.batch_size * config.algorithm.repeat_times % 2 == 0
+                assert (actor.use_dynamic_bsz, actor.ppo_micro_batch_size_per_gpu) == (False, 4)
+                assert config.buffer.batch_size * config.algorithm.repeat_times % 4 == 0
                 assert verl.actor.fsdp_config.entropy_from_logits_with_chunking is True
                 assert verl.actor.fsdp_config.entropy_checkpointing is True
             if step.startswith("pilot"):

@@ -604,3 +604,86 @@ def test_the_qwen_memory_readme_states_what_its_tables_hold():
                                        "difficulty_seed0": ("0.82", "21.65", "33.19")})
     assert "weights 0.72 / 0.82 s, torch.compile 20.05 / 21.65 s" in flat
     assert "`init engine ... took` 33.30 / 33.19 s" in flat
+
+
+QWEN_CACHE = paths.RESULTS_DIR / "trinity_h200_qwen_cache"
+
+
+def test_the_qwen_cache_readme_states_what_its_tables_hold():
+    """The third stretch of the Qwen pair: the steps each run reached, the trainer's memory in
+    its own account and the GPU monitor's, the step-1 times, the start-up minutes against the
+    second stretch and vLLM's account of the carried compile cache are what its event files,
+    tables, log excerpts and GPU timeline hold."""
+    readme = (QWEN_CACHE / "README.md").read_text()
+    flat = " ".join(readme.split())
+    random_run, difficulty = QWEN_CACHE / "random_seed0", QWEN_CACHE / "difficulty_seed0"
+    assert "**These runs are not part of the experiment**" in readme
+    explored = {run.name: pd.read_csv(run / "buffer_steps.csv")["step"].tolist()
+                for run in (random_run, difficulty)}
+    assert explored == {"random_seed0": [1, 2], "difficulty_seed0": [1]}
+    assert "The random run had explored 2 steps, the difficulty-based run 1" in flat
+    for run in (random_run, difficulty):   # both trained step 1 (the excerpts say so)
+        assert "Training at step 1 finished." in (run / "train_log_excerpt.txt").read_text()
+    assert not any(t.startswith("actor/") for t in results.read_scalars(difficulty)["tag"])
+
+    # the trainer's own account of step 1, and the time table
+    scalars = results.read_scalars(random_run)
+    at_1 = scalars[scalars["step"] == 1].set_index("tag")["value"]
+    assert f"**{at_1['actor/perf/max_memory_allocated_gb']:.2f} GiB of live tensors**" in flat
+    assert f"**{at_1['actor/perf/max_memory_reserved_gb']:.1f} GiB reserved**" in flat
+    times = _table_rows(readme, 3)
+    for tag in ("time/train_step", "time/ref", "time/update_actor", "time/sync_weight"):
+        row = next(cells for name, cells in times.items() if f"(`{tag}`)" in name)
+        assert row[0] == f"{at_1[tag]:.2f}", tag
+    phases = pd.read_csv(QWEN_CACHE / "phase_times.csv", index_col=0)
+    whole = phases.loc["whole step (log: one explore start to the next)", "random_seed0"]
+    assert times["whole step, random run"][0] == f"{whole:.1f}"
+
+    # the GPU monitor: per-role peaks, the four processes' highest sum, the whole GPU
+    memory = pd.read_csv(QWEN_CACHE / "gpu_memory.csv", index_col=0)
+    trainers = memory.loc["trainer (FSDP actor + reference)"]
+    assert f"the trainers {trainers['random_seed0']:.1f} and {trainers['difficulty_seed0']:.1f}" \
+           f" GiB, each vLLM worker {memory.loc['vLLM engine worker'].max():.1f} GiB" in flat
+    assert memory.loc["vLLM engine worker"].nunique() == 1
+    apps = pd.read_csv(QWEN_CACHE / "gpu_apps.csv", names=["t", "pid", "mib", "run"])
+    per_time = apps.groupby("t")["mib"].sum()
+    assert per_time.groupby(per_time.index).size().max() == 1
+    when = datetime.fromtimestamp(per_time.idxmax(), UTC).strftime("%H:%M:%S")
+    assert apps[apps["t"] == per_time.idxmax()]["pid"].nunique() == 4
+    assert f"reached {per_time.max() / 1024:.1f} GiB (`gpu_apps.csv`, {when})" in flat
+    gpu = pd.read_csv(QWEN_CACHE / "gpu.csv", header=None)
+    used = gpu[1].astype(str).str.extract(r"(\d+)")[0].dropna().astype(int)
+    assert f"the whole GPU {used.max():,} of 143,771 MiB" in flat
+
+    # start-up: this stretch's minutes and the second stretch's, side by side
+    here = pd.read_csv(QWEN_CACHE / "startup.csv", index_col=0)
+    before = pd.read_csv(QWEN_MEMORY / "startup.csv", index_col=0)
+    rows = _table_rows(readme, 5)
+    order = ("random_seed0", "difficulty_seed0")
+    for milestone in here.index.drop(["last step trained", "train command ends"]):
+        assert rows[milestone] == [f"{t.loc[milestone, r]:.2f}" for t in (here, before)
+                                   for r in order], milestone
+    def span(table, run):
+        return table.loc["vLLM engine ready", run] - table.loc["vLLM actor's first line", run]
+    assert f"took {span(here, order[0]):.2f} and {span(here, order[1]):.2f} minutes " \
+           f"({span(before, order[0]):.2f} both in the second stretch)" in flat
+    assert span(before, order[0]) == pytest.approx(span(before, order[1]))
+    gain = [before.loc["step 1 starts", r] - here.loc["step 1 starts", r] for r in order]
+    assert f"**{gain[0]:.2f} and {gain[1]:.2f} minutes earlier**, " \
+           f"{here.loc['step 1 starts', order[0]]:.2f} and " \
+           f"{here.loc['step 1 starts', order[1]]:.2f} minutes after `train`" in flat
+    _assert_vllm_account(QWEN_CACHE, {"random_seed0": ("0.78", "3.72", "13.12"),
+                                      "difficulty_seed0": ("0.69", "2.73", "5.98")})
+    _assert_vllm_account(QWEN_MEMORY, {"random_seed0": ("0.72", "20.05", "33.30"),
+                                       "difficulty_seed0": ("0.82", "21.65", "33.19")})
+    assert "torch.compile **3.72 / 2.73 s** against 20.05 / 21.65 s" in flat
+    assert "`init engine ... took` 13.12 / 5.98 s against 33.30 / 33.19 s" in flat
+
+    # the step-0 evaluation of both runs, here and in the second stretch
+    said = []
+    for folder in (QWEN_CACHE, QWEN_MEMORY):
+        for run in order:
+            acc = results.read_run(folder / run).dropna(subset=["eval_accuracy"])
+            said.append(f"{acc.set_index('step').loc[0, 'eval_accuracy']:.3f}")
+    assert f"{said[0]} (random) and {said[1]} (difficulty-based) here, {said[2]} and " \
+           f"{said[3]} there" in flat

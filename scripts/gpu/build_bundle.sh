@@ -10,14 +10,14 @@
 # leaves out; vllm's wheel trimmed of kernels the one-GPU path never loads (FlashAttention-2,
 # MoE, its Rust frontend, deep_gemm builds for other Pythons); all installed with --no-deps into
 # one folder and packed with xz; plus the bundled model's GGUF file. Written to OUTDIR:
-#   part00, part01, ...   at most $PART_MIB MiB each (default 50: one part and the
-#                         repository, about 11 MiB, travel to the GPU machine together)
+#   part00, part01, ...   at most $PART_MIB MiB each (default 40: one part and the
+#                         repository, about 14 MiB, travel to the GPU machine together)
 #   SHA256SUMS            checksums of every part and of the joined bundle.tar
 # scripts/gpu/install_bundle.sh unpacks them on the target. About 7 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUTDIR=${1:?usage: build_bundle.sh OUTDIR}
-PY=${PY:-3.12}; HAVE=${HAVE:-scripts/gpu/h200-image-packages.txt}; PART_MIB=${PART_MIB:-50}
+PY=${PY:-3.12}; HAVE=${HAVE:-scripts/gpu/h200-image-packages.txt}; PART_MIB=${PART_MIB:-40}
 PYTHON=${PYTHON:-python3}
 [ -e "$OUTDIR" ] && [ -n "$(ls -A "$OUTDIR" 2>/dev/null)" ] && [ -z "${FORCE:-}" ] && {
   echo "build_bundle.sh: $OUTDIR is not empty; set FORCE=1 to replace its contents" >&2; exit 2; }

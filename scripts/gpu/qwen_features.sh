@@ -66,7 +66,7 @@ case "${1:?usage: qwen_features.sh split_model|part|qpart|start|wait|collect ...
 split_model)
   out=${2:?DIR}; mkdir -p "$out"
   gguf=$(python3 -m mathagent models "$MODEL" | sed -n 's/^file: //p')
-  split -b "${PART_MIB:-50}M" -d -a 2 "$gguf" "$out/q"
+  split -b "${PART_MIB:-40}M" -d -a 2 "$gguf" "$out/q"
   (cd "$out" && sha256sum "$gguf" | sed "s|  .*|  model.gguf|" > QSHA256SUMS && sha256sum q?? >> QSHA256SUMS)
   ls -la "$out"
   ;;

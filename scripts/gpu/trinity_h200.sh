@@ -80,16 +80,19 @@ explorer.concurrent_mode=asynchronous explorer.max_repeat_times_per_runner=null 
 # 151,936-word vocabulary. At 4,096 a trainer's live tensors still peaked at 52 GiB, PyTorch's
 # cache held up to 124 GiB, and the other run's first update ran out of memory
 # (results/trinity_h200_qwen_memory/README.md). So dynamic batching is off and every
-# micro-batch is 2 sequences, at most 2 x 4,096 positions (max_model_len), for the actor's
+# micro-batch is 4 sequences, at most 4 x 4,096 positions (max_model_len), for the actor's
 # update, the reference's log-probabilities and the old policy's (verl requires the last set
 # with dynamic batching off, though Trinity bypasses that pass by default). The entropy is
 # recomputed in the backward pass; its chunked form acts only where padding is removed (not with
 # sdpa), set for when it is (verl 0.8's FSDP engine reads both from the actor's fsdp_config, not
-# from the actor's own keys of the same names).
+# from the actor's own keys of the same names). With micro-batches of 2 a pair's trainers came
+# through their first update at 11.8 GiB of live tensors, but a step took about 60 s
+# (results/trinity_h200_qwen_cache/README.md): too slow for a pair to reach 16 steps in a
+# stretch; 4 halves the micro-batches (32 a step), its memory and time are not yet measured.
 QWEN_ARGS=${QWEN_ARGS:-"buffer.total_steps=16 tuner.algorithm.eval_interval_steps=8 \
-trainer.use_dynamic_bsz=false trainer.trainer_config.actor.ppo_micro_batch_size_per_gpu=2 \
-trainer.trainer_config.ref.log_prob_micro_batch_size_per_gpu=2 \
-trainer.trainer_config.rollout.log_prob_micro_batch_size_per_gpu=2 \
+trainer.use_dynamic_bsz=false trainer.trainer_config.actor.ppo_micro_batch_size_per_gpu=4 \
+trainer.trainer_config.ref.log_prob_micro_batch_size_per_gpu=4 \
+trainer.trainer_config.rollout.log_prob_micro_batch_size_per_gpu=4 \
 trainer.trainer_config.actor.fsdp_config.entropy_from_logits_with_chunking=true \
 trainer.trainer_config.actor.fsdp_config.entropy_checkpointing=true"}
 seed_args() {
