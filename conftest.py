@@ -1,11 +1,31 @@
 # Every pytest run (unit tests and `pytest --nbmake notebooks/`) uses the quick variant of
 # the notebooks; the kernels nbmake starts inherit this environment.
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("MATHAGENT_SMOKE", "1")
 
 # tests/bounds.py (the bounds on the tests' waits, scaled in one place by
 # MATHAGENT_TEST_TIMEOUT_SCALE) is imported by the tests of every folder of tests/.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
+
+
+@pytest.fixture(scope="session")
+def short_tmp_factory():
+    """Make a fresh folder directly under /tmp (removed after the session): for a Ray head's
+    temp dir, whose AF_UNIX socket paths must stay within 107 bytes; pytest's own folders
+    are too deep for that under several workers (``.../pytest-N/popen-gwN/...``)."""
+    made: list[Path] = []
+
+    def make(prefix: str) -> Path:
+        made.append(Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp")))
+        return made[-1]
+
+    yield make
+    for folder in made:
+        shutil.rmtree(folder, ignore_errors=True)

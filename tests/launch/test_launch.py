@@ -451,9 +451,9 @@ def stop_head(head: launch.RayHead, state: Path) -> None:
 
 
 @pytest.fixture
-def own_ray_head(tmp_path_factory):
+def own_ray_head(short_tmp_factory):
     """A head for one test, which stops it itself; stopped here if that test did not."""
-    head, state = start_head(tmp_path_factory.mktemp("rs"))  # short: Ray's socket paths
+    head, state = start_head(short_tmp_factory("rs-"))
     try:
         yield head, state
     finally:
@@ -476,9 +476,9 @@ def test_ray_stop_leaves_no_process(own_ray_head, capsys):
 
 
 @pytest.fixture(scope="module")
-def ray_head(tmp_path_factory):
+def ray_head(short_tmp_factory):
     """A head shared by the module's tests, which leave it running; stopped after the last."""
-    head, state = start_head(tmp_path_factory.mktemp("ray"))
+    head, state = start_head(short_tmp_factory("ray-"))
     try:
         yield head, state
     finally:

@@ -157,9 +157,9 @@ def test_the_pair_differs_only_in_name_selector_and_operator(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def ray_head(tmp_path_factory):
+def ray_head(short_tmp_factory):
     """One local head for both dry runs (each would otherwise start and stop its own)."""
-    folder = tmp_path_factory.mktemp("ray")
+    folder = short_tmp_factory("ray-")
     with launch.local_ray_head(temp_dir=str(folder / "session"),
                                object_store_memory=100 * 1024**2) as head:
         yield head
