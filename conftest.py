@@ -29,3 +29,24 @@ def short_tmp_factory():
     yield make
     for folder in made:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# Under pytest-xdist with `--dist loadgroup` (the README's test command: `pytest -n 2 --dist
+# loadgroup ...`) a test file is one unit of work, so its module fixtures are made once, and the
+# notebooks are one unit that runs them in order (01 ... 05, as the tutorial does). The longest
+# units go first (the notebooks, then the trainer tests), so that the two workers finish
+# together instead of one waiting on the other's last file. Without -n nothing changes.
+_FIRST = ("notebooks/", "tests/grpo/")
+_RANK = pytest.StashKey[int]()
+
+
+def pytest_collection_modifyitems(config, items):
+    if not getattr(config.option, "numprocesses", None):
+        return
+    for item in items:
+        path = Path(item.path).resolve().relative_to(Path(config.rootpath).resolve()).as_posix()
+        group = "notebooks" if path.startswith("notebooks/") else path
+        item.add_marker(pytest.mark.xdist_group(group))
+        item.stash[_RANK] = next((i for i, p in enumerate(_FIRST) if path.startswith(p)),
+                                 len(_FIRST))
+    items.sort(key=lambda item: item.stash[_RANK])   # stable: the collection order within
