@@ -10,6 +10,12 @@ import pytest
 
 os.environ.setdefault("MATHAGENT_SMOKE", "1")
 
+# Under pytest-xdist each worker, and every process a test starts, computes on one thread
+# (torch, numpy and llama.cpp's BLAS read OMP_NUM_THREADS when they load): with two workers on
+# two cores, two thread pools of two would fight over the cores whenever both workers compute.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # tests/bounds.py (the bounds on the tests' waits, scaled in one place by
 # MATHAGENT_TEST_TIMEOUT_SCALE) is imported by the tests of every folder of tests/.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
