@@ -35,27 +35,3 @@ def short_tmp_factory():
     yield make
     for folder in made:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-# Under pytest-xdist with `--dist loadgroup` (the README's test command: `pytest -n 2 --dist
-# loadgroup ...`) a test file is one unit of work, so its module fixtures are made once, and the
-# notebooks are one unit that runs them in order (01 ... 05, as the tutorial does). The
-# notebooks, the longest unit, go first; the trainer tests last, so that the trainers'
-# checkpoint writing (1.6 GB each for the bundled model) does not meet notebook 04's. Without
-# -n nothing changes.
-_RANK = pytest.StashKey[int]()
-
-
-def _rank(path: str) -> int:
-    return 0 if path.startswith("notebooks/") else 2 if path.startswith("tests/grpo/") else 1
-
-
-def pytest_collection_modifyitems(config, items):
-    if not getattr(config.option, "numprocesses", None):
-        return
-    for item in items:
-        path = Path(item.path).resolve().relative_to(Path(config.rootpath).resolve()).as_posix()
-        group = "notebooks" if path.startswith("notebooks/") else path
-        item.add_marker(pytest.mark.xdist_group(group))
-        item.stash[_RANK] = _rank(path)
-    items.sort(key=lambda item: item.stash[_RANK])   # stable: the collection order within
