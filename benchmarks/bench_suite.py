@@ -29,12 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_install import load  # this folder is on sys.path when a script of it runs
+
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = {"serial": [], "workers": ["-n", "2", "--dist", "loadfile"]}
-
-
-def load() -> str:
-    return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def run_suite(clone: Path, extra: list[str]) -> tuple[float, str, int]:

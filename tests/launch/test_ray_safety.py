@@ -17,10 +17,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -196,8 +194,8 @@ def test_help_does_not_suggest_a_shared_temp_dir():
 
 
 @pytest.mark.slow
-def test_ray_commands_spare_processes_they_did_not_start(decoys, capsys):
-    root = tempfile.mkdtemp(prefix="rs-", dir="/tmp")  # short: Ray's socket paths are long
+def test_ray_commands_spare_processes_they_did_not_start(decoys, capsys, short_tmp_factory):
+    root = short_tmp_factory("rs-")
     session = f"{root}/rayroot"
     state = Path(root) / "s.json"
     lookalike = decoys(f"{root}/rayroot-other")   # the session root as a substring
@@ -241,28 +239,24 @@ def test_ray_commands_spare_processes_they_did_not_start(decoys, capsys):
     finally:
         if head is not None:
             head.stop()
-        shutil.rmtree(root, ignore_errors=True)
     assert ray_processes_under(session) == []
 
 
 @pytest.mark.slow
-def test_failed_start_leaves_nothing(decoys, capsys):
+def test_failed_start_leaves_nothing(decoys, capsys, short_tmp_factory):
     """Ray refusing the arguments: one line naming the setting, no process left, and the
     clean-up of the failed start signals only processes of that start."""
-    root = tempfile.mkdtemp(prefix="rs-", dir="/tmp")
+    root = short_tmp_factory("rs-")
     lookalike = decoys(f"{root}/rayroot-other")
     state = Path(root) / "s.json"
-    try:
-        assert ray("start", "--num-cpus", "1", "--object-store-memory", "1", "--temp-dir",
-                   f"{root}/rayroot", "--state-file", str(state)) == 1
-        err = capsys.readouterr().err.strip().splitlines()[-1]
-        assert err.startswith("error: ") and "--object-store-memory=1" in err, err
-        assert "object store memory" in err
-        assert not state.exists()
-        assert ray_processes_under(f"{root}/rayroot") == []
-        assert running(lookalike)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    assert ray("start", "--num-cpus", "1", "--object-store-memory", "1", "--temp-dir",
+               f"{root}/rayroot", "--state-file", str(state)) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: ") and "--object-store-memory=1" in err, err
+    assert "object store memory" in err
+    assert not state.exists()
+    assert ray_processes_under(f"{root}/rayroot") == []
+    assert running(lookalike)
 
 
 @pytest.mark.slow
