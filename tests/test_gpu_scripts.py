@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 from bounds import hang_bound
@@ -257,3 +258,22 @@ def test_the_run_steps_settings_load_through_trinity(tmp_path):
                 assert config.explorer.concurrent_mode == ("asynchronous" if asynchronous
                                                            else "sequential")
                 assert config.explorer.runner_per_model == (16 if asynchronous else 32)
+
+
+def test_wait_stops_in_time_for_its_collect_when_the_call_has_an_end(tmp_path):
+    """With CALL_END (the Unix time the calling command must end by), ``wait`` follows the
+    runs only until COLLECT_S seconds before it and skips the buffer samples it has no time
+    for, so what the runs wrote comes back instead of being lost with a command stopped at
+    its limit."""
+    w, out = tmp_path / "w", tmp_path / "out"
+    make_work(w)
+    env = {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b"),
+           "CALL_END": str(int(time.time()) + 10)}
+    done = subprocess.run(["bash", str(SCRIPT), "wait", "600"], env=env, capture_output=True,
+                          text=True, timeout=hang_bound(300))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "following for 0 s, not 600: the call ends at CALL_END" in done.stdout
+    assert "1 run(s) still running" in done.stdout          # the train-local step goes on
+    assert "random_seed1: no buffer samples: the call ends in" in done.stdout
+    with tarfile.open(out / "random_seed1.tgz") as tar:
+        assert "random_seed1/params.json" in tar.getnames()

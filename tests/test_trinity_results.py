@@ -12,11 +12,13 @@ runs plus a short log written for the test, so its timings are known.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -687,3 +689,59 @@ def test_the_qwen_cache_readme_states_what_its_tables_hold():
             said.append(f"{acc.set_index('step').loc[0, 'eval_accuracy']:.3f}")
     assert f"{said[0]} (random) and {said[1]} (difficulty-based) here, {said[2]} and " \
            f"{said[3]} there" in flat
+
+
+
+QWEN_MB4 = paths.RESULTS_DIR / "trinity_h200_qwen_mb4"
+
+
+def _followed(log: Path) -> dict[tuple[str, str], datetime]:
+    """When a follow log first printed each (run, event), runs named as in the results folder
+    (``random_seed0``): ``started``, or the event's words (``Explore step 1``)."""
+    seen = {}
+    for line in log.read_text().splitlines():
+        started = re.match(r"\[(\d\d:\d\d:\d\d)\] started (\w+)_qwen_(seed\d) ", line)
+        event = re.match(r"\[(\d\d:\d\d:\d\d)\] (\w+)_qwen_(seed\d): (.*)", line)
+        if started or event:
+            when, selector, seed = (started or event).groups()[:3]
+            what = "started" if started else event.group(4)
+            seen.setdefault((f"{selector}_{seed}", what), datetime.strptime(when, "%H:%M:%S"))
+    return seen
+
+
+def test_the_qwen_mb4_readme_states_what_its_logs_and_tables_hold():
+    """The fourth stretch: the start-up minutes of both machines, the pair's step time with
+    micro-batches of 4, the GPU memory and the set-up times are what the first machine's
+    tables and the two follow logs hold."""
+    readme = (QWEN_MB4 / "README.md").read_text()
+    flat = " ".join(readme.split())
+    log1 = (QWEN_MB4 / "follow_machine1.log").read_text()
+    log2 = (QWEN_MB4 / "follow_machine2.log").read_text()
+    assert "**These runs are not part of the experiment.**" in readme
+    startup = pd.read_csv(QWEN_MB4 / "startup.csv", index_col=0)
+    assert startup.loc["step 1 starts"].isna().all()   # packed during the step-0 evaluation
+    seen = _followed(QWEN_MB4 / "follow_machine2.log")
+    order = ("random_seed0", "difficulty_seed0")
+
+    def minutes(run: str, event: str) -> str:
+        return f"{(seen[(run, event)] - seen[(run, 'started')]).total_seconds() / 60:.2f}"
+
+    rows = _table_rows(readme, 5)
+    eval0 = "Evaluation on eval-arithmetic-qwen at step 0"
+    assert rows["step-0 evaluation starts"] == (
+        [f"{startup.loc['step-0 evaluation starts', r]:.2f}" for r in order]
+        + [minutes(r, eval0) for r in order])
+    assert rows["step 1 starts"] == ["", ""] + [minutes(r, "Explore step 1") for r in order]
+    step1 = {r: seen[(r, "Explore step 1")] for r in order}
+    assert step1[order[0]] == step1[order[1]]
+    assert f"({step1[order[0]]:%H:%M:%S} for both)" in flat
+    eval8 = {r: (seen[(r, "Evaluation on eval-arithmetic-qwen at step 8")] - step1[r]).seconds
+             for r in order}
+    assert f"the difficulty-based run took {eval8[order[1]]} s and the random run " \
+           f"{eval8[order[0]]} s: **{eval8[order[1]] / 7:.1f} and {eval8[order[0]] / 7:.1f} s a " \
+           f"step**" in flat
+    assert ("difficulty_seed0", "Training at step 8 finished") in seen
+    used = [int(m) for m in re.findall(r", (\d+) MiB, \d+ %", log2)]
+    assert f"the GPU held {max(used):,} MiB of 143,771" in flat
+    took = [re.search(r"setup took (\d+) s", log).group(1) for log in (log2, log1)]
+    assert f"set-up took {took[0]} s ({took[1]} on the first machine)" in flat

@@ -66,6 +66,14 @@ torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__vers
   log "setup took $(( $(date +%s) - t0 )) s"
 }
 
+# call_left: seconds until CALL_END (the Unix time by which the command that runs these steps
+# must have returned, set by whoever starts it: the machine ends a command at its limit, and
+# whatever `collect` had not yet packed is lost); fails when CALL_END is unset
+call_left() {
+  [ -n "${CALL_END:-}" ] || return 1
+  echo $(( CALL_END - $(date +%s) ))
+}
+
 # a line the agent printed (a reply's continuation lines carry the runner's prefix and no log
 # level) or a vLLM access line that succeeded; lines naming an error, and 4xx/5xx answers,
 # are kept
@@ -75,16 +83,19 @@ CHATTER='"(GET|POST) /[^"]*" [23]\d\d |\(WorkflowRunner pid=\d+\)\S* (?!INFO|WAR
 # (samples.jsonl) and one row per explore step (buffer_steps.csv) from the experience buffer
 # of JOB into DIR (scripts/gpu/buffer_samples.py, decoding with the run's model folder, as
 # `start` recorded it in $W/NAME.model); a run with no buffer yet, or one that cannot be read
-# within 120 s (every `wait` collects again), is packed without them
+# within 120 s (every `wait` collects again), is packed without them. With CALL_END set (see
+# `call_left`), the bound also keeps 20 s of the call for packing.
 buffer_samples() {
-  local said
+  local said bound=120 left
+  if left=$(call_left); then bound=$(( left - 20 < bound ? left - 20 : bound )); fi
+  if [ "$bound" -lt 5 ]; then log "$1: no buffer samples: the call ends in ${left:-0} s"; return; fi
   if said=$( (if [ -f "$B/env.sh" ]; then source "$B/env.sh"; fi
               model=$(cat "$W/$1.model" 2>/dev/null || echo "$W/model")
               tok=(); [ -d "$model" ] && tok=(--tokenizer "$model")
-              timeout 120 python3 scripts/gpu/buffer_samples.py "$2" "$3" "${tok[@]}") 2>&1); then
+              timeout "$bound" python3 scripts/gpu/buffer_samples.py "$2" "$3" "${tok[@]}") 2>&1); then
     log "$1: $(echo "$said" | tail -1)"
   else
-    [ $? -eq 124 ] && said="stopped after 120 s"
+    [ $? -eq 124 ] && said="stopped after $bound s"
     rm -rf "$3"; log "$1: no buffer samples: $(echo "$said" | tail -1)"
   fi
 }

@@ -29,7 +29,9 @@
 #   bash scripts/gpu/trinity_h200.sh settings        print the extra `train` settings of each step
 #                                                    (KEY=VALUE, one line per step and run)
 #   bash scripts/gpu/trinity_h200.sh wait SECONDS    follow the runs until all end or SECONDS pass,
-#                                                    then `collect` what they have written so far
+#                                                    then `collect` what they have written so far;
+#                                                    with CALL_END (Unix time the call must end by)
+#                                                    set, it stops COLLECT_S (90) s before it
 #   bash scripts/gpu/trinity_h200.sh collect         pack each run's event files, configs and logs
 #                                                    into $OUT (default $W/out), finished or not
 #
@@ -199,11 +201,17 @@ local)
   ;;
 wait)
   limit=${2:?SECONDS}; t0=$(date +%s); declare -A last
+  # with CALL_END set, stop following COLLECT_S (default 90) seconds before it, so that the
+  # collect below comes back with the call
+  if left=$(call_left); then
+    left=$(( left - ${COLLECT_S:-90} )); [ "$left" -lt 0 ] && left=0
+    [ "$left" -lt "$limit" ] && { log "following for $left s, not $limit: the call ends at CALL_END"; limit=$left; }
+  fi
   while true; do
     running=0
     for pidf in "$W"/*.pid; do
       name=$(basename "$pidf" .pid)
-      cur=$(grep -aoE "Explore step [0-9]+|Training at step [0-9]+ finished|Eval.*step [0-9]+|Traceback" \
+      cur=$(grep -aoE "Explore step [0-9]+|Training at step [0-9]+ finished|Evaluation on \\S+ at step [0-9]+|Traceback" \
         "$W/$name.log" | tail -1 || true)
       [ "$cur" != "${last[$name]:-}" ] && { log "$name: $cur"; last[$name]=$cur; }
       if alive "$pidf"; then running=$((running + 1))
