@@ -12,8 +12,9 @@ into the clone (installed by ``scripts/install.sh --qwen --browser``; the instal
    at a time to each of two workers).
 
 The two run one after the other on the same clone, each from a fresh ``-p no:cacheprovider``
-start. ``--hog`` keeps one process spinning (``yes > /dev/null``, started and stopped here)
-for the whole of both runs: the suite must pass on a machine busy with something else. Each
+start and an empty model cache of its own. ``--hog`` keeps one process spinning
+(``yes > /dev/null``, started and stopped here) for the whole of both runs: the suite must
+pass on a machine busy with something else. Each
 row has the wall time, pytest's own summary line and the load average before and after.
 About 30 minutes on 2 cores, 45 with the hog. The table is written to ``--out``.
 """
@@ -35,12 +36,17 @@ ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = {"serial": [], "workers": ["-n", "2", "--dist", "loadfile"]}
 
 
-def run_suite(clone: Path, extra: list[str]) -> tuple[float, str, int]:
-    """Seconds, pytest's last line and its exit status for one run of the suite in ``clone``."""
+def run_suite(clone: Path, extra: list[str], model_cache: Path) -> tuple[float, str, int]:
+    """Seconds, pytest's last line and its exit status for one run of the suite in ``clone``,
+    with the empty folder ``model_cache`` as the model cache (``MATHAGENT_MODEL_CACHE``): a
+    run assembles the Qwen model file and exports the float32 folders it loads, as on a new
+    machine."""
     cmd = [str(clone / ".venv" / "bin" / "python"), "-m", "pytest", *extra, "--nbmake", "tests",
            "notebooks", "-p", "no:cacheprovider", "-q"]
+    model_cache.mkdir()
+    env = {**os.environ, "MATHAGENT_MODEL_CACHE": str(model_cache)}
     start = time.monotonic()
-    done = subprocess.run(cmd, cwd=clone, capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, env=env)
     seconds = time.monotonic() - start
     last = next((line.strip("= ") for line in reversed(done.stdout.splitlines())
                  if line.strip()), "(no output)")
@@ -74,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in ([args.only] if args.only else list(VARIANTS)):
             before = load()
             print(f"[bench_suite] {name} ...", flush=True)
-            seconds, last, rc = run_suite(clone, VARIANTS[name])
+            seconds, last, rc = run_suite(clone, VARIANTS[name], work / f"model_cache_{name}")
             failed |= rc != 0
             rows.append(f"| {name} | {seconds:.1f} ({seconds / 60:.1f} min) | {last} | "
                         f"{before} -> {load()} |")

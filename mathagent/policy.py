@@ -51,8 +51,10 @@ def locate_model(path: str | os.PathLike | None = None) -> Path | str:
 def load_model_and_tokenizer(source: str | os.PathLike | None = None):
     """Load the causal LM and its tokenizer with transformers, in float32 on the CPU.
 
-    A ``.gguf`` file is dequantised by transformers (``gguf_file=``; needs the ``gguf``
-    package); a folder is read as a transformers checkpoint. Weights stay float32: they
+    A ``.gguf`` file is read from its float32 folder in the model cache, which
+    :func:`mathagent.hf_export.float32_folder` exports on first use (transformers dequantises
+    the file once; needs the ``gguf`` package); a folder is read as a transformers
+    checkpoint. Weights stay float32: they
     are the optimiser's master copy, and on a GPU the forward passes run under bfloat16
     autocast (plain bfloat16 weights would round away updates of size ``lr``).
     """
@@ -60,17 +62,15 @@ def load_model_and_tokenizer(source: str | os.PathLike | None = None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src = locate_model(source)
-    if isinstance(src, str):  # a hub id
-        kwargs, folder = {}, src
-    elif src.is_file():
+    folder = src  # a hub id or a checkpoint folder
+    if not isinstance(src, str) and src.is_file():
         if src.suffix != ".gguf":
             raise ValueError(f"model file must be a .gguf file or a checkpoint folder: {src}")
-        kwargs = {"gguf_file": src.name}
-        folder = src.parent
-    else:
-        kwargs, folder = {}, src
-    tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kwargs)
+        from mathagent.hf_export import float32_folder
+
+        folder = float32_folder(src)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     model.config.use_cache = True
     return model, tokenizer
 

@@ -159,6 +159,60 @@ def test_weights_file_is_world_readable(bf16_export):
         assert file.stat().st_mode & stat.S_IROTH, file
 
 
+@pytest.mark.slow
+def test_a_gguf_policy_loads_from_its_float32_folder_exported_once(reference, tmp_path,
+                                                                    monkeypatch, umask_022):
+    """``Policy.load`` of a GGUF file reads the float32 folder that ``float32_folder`` exports
+    into the model cache on first use: the same weights bit for bit, the same logits, the
+    same chat prompt ids. A second load reads the folder without exporting; a changed file
+    (another modification time) gets a folder of its own; when another process's folder is
+    renamed into place first, this one's copy is dropped and nothing else is left."""
+    from mathagent import hf_export, models, policy
+
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path / "cache"))
+    model, tokenizer = reference
+    exports = []
+
+    def loaded_once(gguf):  # the GGUF model the reference fixture has already dequantised
+        exports.append(Path(gguf))
+        return model, tokenizer
+
+    monkeypatch.setattr(hf_export, "load_gguf", loaded_once)
+    gguf = serving.bundled_gguf()
+    cached, cached_tokenizer = policy.load_model_and_tokenizer(gguf)
+    assert exports == [gguf]
+    folder = hf_export.float32_folder(gguf)   # no second export
+    assert exports == [gguf]
+    assert folder.parent == tmp_path / "cache" / "float32"
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]   # no temporary left
+    assert cached.dtype == torch.float32
+    want = model.state_dict()
+    for name, tensor in cached.state_dict().items():
+        assert torch.equal(tensor, want[name]), name
+    assert torch.equal(logits(cached, tokenizer), logits(model, tokenizer))
+    chat = [{"role": "user", "content": PROMPT}]
+    assert cached_tokenizer.apply_chat_template(chat, add_generation_prompt=True) == \
+        tokenizer.apply_chat_template(chat, add_generation_prompt=True)
+
+    changed = tmp_path / "copy" / gguf.name
+    changed.parent.mkdir()
+    changed.symlink_to(gguf)          # the same file, seen through another path: same folder
+    assert hf_export.float32_folder(changed) == folder and len(exports) == 1
+    changed.unlink()
+    shutil.copy(gguf, changed)        # a new modification time: a new folder
+    real_write = hf_export.write_hf
+
+    def raced(*args, **kwargs):       # another process renames its folder in first
+        out = real_write(*args, **kwargs)
+        shutil.copytree(out, out.with_name(out.name.removeprefix(".").rsplit("-", 1)[0]))
+        return out
+
+    monkeypatch.setattr(hf_export, "write_hf", raced)
+    other = hf_export.float32_folder(changed)
+    assert other != folder and exports == [gguf, changed]
+    assert sorted(p.name for p in folder.parent.iterdir()) == sorted([folder.name, other.name])
+
+
 def test_existing_folder_is_refused_without_force(tmp_path):
     out = tmp_path / "model"
     out.mkdir()

@@ -292,7 +292,9 @@ def test_update_moves_the_policy_only_on_mixed_groups(policy, tmp_path):
 @pytest.mark.slow
 def test_cpu_smoke_trains_feeds_back_logs_and_resumes(policy, tmp_path):
     """The CPU smoke CI runs: real model, judge, Trinity selector; then resume."""
-    cfg = grpo.load_config(grpo.SMOKE_CONFIG, {"trainer.steps": 2})
+    # one checkpoint, after step 2 (1.6 GB of weights and AdamW moments, about 10 s to
+    # write here): test_grpo_kill.py proves the checkpoint of every step
+    cfg = grpo.load_config(grpo.SMOKE_CONFIG, {"trainer.steps": 2, "trainer.save_interval": 2})
     assert cfg.selector.name == "difficulty_based"
     pristine = copy.deepcopy(policy.model)  # the resumed run starts from these weights
     run = tmp_path / "run"
