@@ -16,7 +16,8 @@ start and an empty model cache of its own. ``--hog`` keeps one process spinning
 (``yes > /dev/null``, started and stopped here) for the whole of both runs: the suite must
 pass on a machine busy with something else. Each
 row has the wall time, pytest's own summary line and the load average before and after.
-About 30 minutes on 2 cores, 45 with the hog. The table is written to ``--out``.
+About 30 minutes on 2 cores, 45 with the hog. The table is written to ``--out``, each run's
+output to ``NAME.log`` in the work folder (kept when ``--workdir`` is given, or a run failed).
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = {"serial": [], "workers": ["-n", "2", "--dist", "loadfile"]}
 
 
-def run_suite(clone: Path, extra: list[str], model_cache: Path) -> tuple[float, str, int]:
+def run_suite(clone: Path, extra: list[str], model_cache: Path,
+              log: Path) -> tuple[float, str, int]:
     """Seconds, pytest's last line and its exit status for one run of the suite in ``clone``,
     with the empty folder ``model_cache`` as the model cache (``MATHAGENT_MODEL_CACHE``): a
     run assembles the Qwen model file and exports the float32 folders it loads, as on a new
-    machine."""
+    machine. pytest's whole output goes to ``log``."""
     cmd = [str(clone / ".venv" / "bin" / "python"), "-m", "pytest", *extra, "--nbmake", "tests",
            "notebooks", "-p", "no:cacheprovider", "-q"]
     model_cache.mkdir()
@@ -48,6 +50,7 @@ def run_suite(clone: Path, extra: list[str], model_cache: Path) -> tuple[float, 
     start = time.monotonic()
     done = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, env=env)
     seconds = time.monotonic() - start
+    log.write_text(done.stdout + done.stderr)
     last = next((line.strip("= ") for line in reversed(done.stdout.splitlines())
                  if line.strip()), "(no output)")
     return seconds, last, done.returncode
@@ -80,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in ([args.only] if args.only else list(VARIANTS)):
             before = load()
             print(f"[bench_suite] {name} ...", flush=True)
-            seconds, last, rc = run_suite(clone, VARIANTS[name], work / f"model_cache_{name}")
+            log = work / f"{name}.log"
+            seconds, last, rc = run_suite(clone, VARIANTS[name], work / f"model_cache_{name}", log)
+            if rc != 0:
+                print(f"[bench_suite] {name} failed: its output is in {log}", flush=True)
             failed |= rc != 0
             rows.append(f"| {name} | {seconds:.1f} ({seconds / 60:.1f} min) | {last} | "
                         f"{before} -> {load()} |")
@@ -98,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         "| --- | --- | --- | --- |", *rows, ""])
     args.out.write_text(table)
     print(f"wrote {args.out}")
-    if args.workdir is None:
+    if args.workdir is None and not failed:
         shutil.rmtree(work, ignore_errors=True)
     return 1 if failed else 0
 
