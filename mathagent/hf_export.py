@@ -130,9 +130,9 @@ def write_hf(model, tokenizer, out: str | os.PathLike, dtype: str = "float32",
 def float32_folder(gguf: str | os.PathLike) -> Path:
     """The float32 Hugging Face folder of the GGUF file ``gguf``, exported on first use.
 
-    Loading a GGUF file dequantises every tensor and converts its tokenizer: about 20 s for
-    the bundled 135M model on two cores, against about 2 s for this folder, which holds the
-    same float32 weights bit for bit. The folder lives in the model cache
+    Loading a GGUF file dequantises every tensor and converts its tokenizer: about 22 s for
+    the bundled 135M model on two cores, against under a second for this folder, which holds
+    the same float32 weights bit for bit. The folder lives in the model cache
     (:func:`mathagent.models.cache_dir`, under ``float32/``), named after the file's name,
     size and modification time, so a changed file gets a folder of its own. It appears by a
     rename once complete; when two processes export at once, the first rename wins and the

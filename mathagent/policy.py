@@ -54,9 +54,9 @@ def load_model_and_tokenizer(source: str | os.PathLike | None = None):
     A ``.gguf`` file is read from its float32 folder in the model cache, which
     :func:`mathagent.hf_export.float32_folder` exports on first use (transformers dequantises
     the file once; needs the ``gguf`` package); a folder is read as a transformers
-    checkpoint. Weights stay float32: they
-    are the optimiser's master copy, and on a GPU the forward passes run under bfloat16
-    autocast (plain bfloat16 weights would round away updates of size ``lr``).
+    checkpoint. Weights stay float32: they are the optimiser's master copy, and on a GPU the
+    forward passes run under bfloat16 autocast (plain bfloat16 weights would round away
+    updates of size ``lr``).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
