@@ -14,8 +14,8 @@ into the clone (installed by ``scripts/install.sh --qwen --browser``; the instal
 The two run one after the other on the same clone, each from a fresh ``-p no:cacheprovider``
 start and an empty model cache of its own. ``--hog`` keeps one process spinning
 (``yes > /dev/null``, started and stopped here) for the whole of both runs: the suite must
-pass on a machine busy with something else. Each
-row has the wall time, pytest's own summary line and the load average before and after.
+pass on a machine busy with something else. Each row has the wall time, pytest's own summary
+line and the load average before and after.
 About 30 minutes on 2 cores, 45 with the hog. The table is written to ``--out``, each run's
 output to ``NAME.log`` in the work folder (kept when ``--workdir`` is given, or a run failed).
 """

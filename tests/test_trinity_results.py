@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tarfile
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -691,15 +690,14 @@ def test_the_qwen_cache_readme_states_what_its_tables_hold():
            f"{said[3]} there" in flat
 
 
-
 QWEN_MB4 = paths.RESULTS_DIR / "trinity_h200_qwen_mb4"
 
 
-def _followed(log: Path) -> dict[tuple[str, str], datetime]:
-    """When a follow log first printed each (run, event), runs named as in the results folder
-    (``random_seed0``): ``started``, or the event's words (``Explore step 1``)."""
+def _followed(log: str) -> dict[tuple[str, str], datetime]:
+    """When the follow log ``log`` first printed each (run, event), runs named as in the
+    results folder (``random_seed0``): ``started``, or the event's words (``Explore step 1``)."""
     seen = {}
-    for line in log.read_text().splitlines():
+    for line in log.splitlines():
         started = re.match(r"\[(\d\d:\d\d:\d\d)\] started (\w+)_qwen_(seed\d) ", line)
         event = re.match(r"\[(\d\d:\d\d:\d\d)\] (\w+)_qwen_(seed\d): (.*)", line)
         if started or event:
@@ -720,7 +718,7 @@ def test_the_qwen_mb4_readme_states_what_its_logs_and_tables_hold():
     assert "**These runs are not part of the experiment.**" in readme
     startup = pd.read_csv(QWEN_MB4 / "startup.csv", index_col=0)
     assert startup.loc["step 1 starts"].isna().all()   # packed during the step-0 evaluation
-    seen = _followed(QWEN_MB4 / "follow_machine2.log")
+    seen = _followed(log2)
     order = ("random_seed0", "difficulty_seed0")
 
     def minutes(run: str, event: str) -> str:
