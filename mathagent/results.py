@@ -315,6 +315,13 @@ def eval_label(table: pd.DataFrame) -> str:
 # --------------------------------------------------------------------------------------
 
 
+#: The agent's behaviour over training, drawn beside the accuracies when the runs logged it:
+#: (tidy column, panel label). Replies that shrink to a few tokens, or tool calls that vanish,
+#: are how a shortcut shows before the replies themselves are read.
+BEHAVIOUR = (("response_length", "response tokens (per model call)"),
+             ("rollout_tool_calls", "tool calls per agent run"))
+
+
 def draw(table: pd.DataFrame, out_dir: str | Path | None = None, baseline: str = "random",
          eval_name: str = "eval accuracy", smooth: int = 5, prefix: str = "",
          title: str | None = None, force: bool = True) -> dict[str, Any]:
@@ -323,7 +330,9 @@ def draw(table: pd.DataFrame, out_dir: str | Path | None = None, baseline: str =
     Returns ``{"figures": {name: Figure}, "files": {name: Path}, "summary": DataFrame or
     None}``. The summary (ETR, TTB, BSF per selector) needs the ``baseline`` selector in
     the table; without it only ETR and accuracies are reported (``summary`` is None and
-    ``"summary_error"`` says why). Figure files are named ``<prefix><figure>.png``.
+    ``"summary_error"`` says why). Figure files are named ``<prefix><figure>.png``: the two
+    panels (``training_curves``), the effective task ratio where a run logged it and the
+    agent's behaviour (``behaviour``: the :data:`BEHAVIOUR` columns the runs logged).
 
     ``out_dir`` is written as a whole: into a temporary folder beside it, swapped in at the
     end, so a failure midway leaves an existing ``out_dir`` as it was
@@ -339,6 +348,10 @@ def draw(table: pd.DataFrame, out_dir: str | Path | None = None, baseline: str =
                                                          smooth=smooth, title=title)}
     if table["effective_task_ratio"].notna().any():
         figs["effective_task_ratio"] = plots.plot_etr(table, smooth=smooth, title=title)
+    behaviour = [(column, label, smooth) for column, label in BEHAVIOUR
+                 if column in table and table[column].notna().any()]
+    if behaviour:
+        figs["behaviour"] = plots.plot_panels(table, behaviour, title=title)
     out: dict[str, Any] = {"figures": figs, "files": {}, "summary": None}
     try:
         out["summary"] = metrics.summarize(table, baseline=baseline)

@@ -214,7 +214,19 @@ def test_the_run_steps_settings_load_through_trinity(tmp_path):
                           timeout=hang_bound(60))
     assert done.returncode == 0, done.stderr
     steps = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()}
-    assert set(steps) == {"experiment", "pilot_seq32_lr1e6", "pilot_async16_lr5e6", "qwen"}
+    assert set(steps) == {"experiment", "pilot_seq32_lr1e6", "pilot_async16_lr5e6", "qwen",
+                          "random_qwen_seed0", "difficulty_qwen_seed0"}
+    # the Qwen pair's runs: the seed's settings each, and the start-up lever the random run's only
+    lever = "explorer.runner_prepare_concurrency=16"
+    seed0 = ["buffer.explorer_input.taskset.data_selector.seed=0", "explorer.rollout_model.seed=0"]
+    assert steps.pop("random_qwen_seed0") == [*seed0, lever]
+    assert steps.pop("difficulty_qwen_seed0") == seed0
+    for name, prepared in (("config_random_qwen.yaml", 16), ("config_difficulty_qwen.yaml", 8)):
+        extra = [lever] if prepared == 16 else []
+        plan = launch.load_plan(paths.REPO_ROOT / "configs" / name, [*steps["qwen"], *extra],
+                                work_dir=tmp_path / "lever" / name)
+        assert plan.config.explorer.runner_prepare_concurrency == prepared  # 8: Trinity's default
+        assert plan.config.explorer.runner_per_model == 16  # one wave with the lever, two without
     seed = ["buffer.explorer_input.taskset.data_selector.seed=1", "explorer.rollout_model.seed=1"]
     configs = {"experiment": ["config_random_arithmetic.yaml", "config_difficulty_arithmetic.yaml"],
                "pilot_seq32_lr1e6": ["config_random_qwen.yaml"],

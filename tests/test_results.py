@@ -69,8 +69,11 @@ def trinity_eval_metrics(accuracy: list[list[float]], name: str = EVAL_NAME) -> 
 
 def write_trinity_run(root: Path, name: str, selector: str, seed: int, level: float,
                       steps: int = 12, eval_every: int = 4, params: bool = True,
-                      with_operator: bool = True, eval_names=(EVAL_NAME,)) -> tuple[Path, dict]:
-    """A Trinity job folder with explorer and trainer event files; returns it and the truth."""
+                      with_operator: bool = True, eval_names=(EVAL_NAME,),
+                      behaviour: bool = False) -> tuple[Path, dict]:
+    """A Trinity job folder with explorer and trainer event files; returns it and the truth.
+    ``behaviour``: the trainer also logs the mean response length (``200 - 10 * step``
+    tokens) and the explorer the tool calls per agent run (``level``), as Trinity's do."""
     from trinity.common.config import Config
     from trinity.utils.monitor import TensorboardMonitor
 
@@ -93,9 +96,12 @@ def write_trinity_run(root: Path, name: str, selector: str, seed: int, level: fl
             metrics, rates = trinity_step_metrics(rng, level + 0.01 * step)
             if not with_operator:
                 metrics = {k: v for k, v in metrics.items() if "experience_pipeline" not in k}
+            trained = {"critic/rewards/mean": float(np.mean(rates)), "actor/pg_loss": 0.1}
+            if behaviour:
+                metrics[trinity_tags.TAGS["rollout_tool_calls"]] = level
+                trained[trinity_tags.TAGS["response_length"]] = 200.0 - 10 * step
             explorer.log(metrics, step)
-            trainer.log({"critic/rewards/mean": float(np.mean(rates)), "actor/pg_loss": 0.1},
-                        step)
+            trainer.log(trained, step)
             truth["rollout"][step] = float(np.mean(rates))
             truth["etr"][step] = float(np.mean([(0 < p < 1) for p in rates]))
     explorer.close()
@@ -255,6 +261,7 @@ def test_plot_command_draws_the_two_panel_figure(tmp_path, capsys):
     for name in ("training_curves.png", "effective_task_ratio.png", "results.csv",
                  "summary.csv", "per_seed.csv"):
         assert (out / name).is_file(), name
+    assert not (out / "behaviour.png").exists()   # the runs logged neither length nor tools
     table = pd.read_csv(out / "results.csv")
     assert len(table) == 4 * 13
     summary = pd.read_csv(out / "summary.csv").set_index("selector")
@@ -273,6 +280,33 @@ def test_plot_command_draws_the_two_panel_figure(tmp_path, capsys):
     assert {ln.get_label() for ln in left.get_lines()} == {"random", "difficulty_based"}
     # the eval panel has one point per eval step (0, 4, 8, 12)
     assert all(len(ln.get_xdata()) == 4 for ln in right.get_lines())
+
+
+def test_the_agents_behaviour_is_drawn_from_what_the_runs_logged(tmp_path):
+    """Response length and tool calls per agent run, per selector over the steps with a band
+    over seeds, from the tags Trinity logs them under; each is left out where no run has it."""
+    root = tmp_path / "checkpoints"
+    for seed in (1, 2):
+        write_trinity_run(root / f"s{seed}", "Random-Selector", "random", seed, 0.1,
+                          behaviour=True)
+        write_trinity_run(root / f"s{seed}", "Difficulty-Based-Selector", "difficulty_based",
+                          seed, 0.45, behaviour=True)
+    table = results.load_runs([root], progress=False)
+    drawn = results.draw(table, tmp_path / "figs", smooth=1)
+    assert (tmp_path / "figs" / "behaviour.png").is_file()
+    length, tools = drawn["figures"]["behaviour"].axes[:2]
+    assert [length.get_title(), tools.get_title()] == [label for _, label in results.BEHAVIOUR]
+    lines = {ln.get_label(): ln for ln in length.get_lines()}
+    assert set(lines) == {"random", "difficulty_based"}
+    assert list(lines["random"].get_xdata()) == list(range(1, 13))
+    assert list(lines["random"].get_ydata()) == [200.0 - 10 * step for step in range(1, 13)]
+    tool_lines = {ln.get_label(): ln.get_ydata() for ln in tools.get_lines()}
+    assert tool_lines["random"] == pytest.approx([0.1] * 12)   # float32 in the event files
+    assert tool_lines["difficulty_based"] == pytest.approx([0.45] * 12)
+    # runs with response lengths and no tool metric: one panel
+    only_length = results.draw(table.drop(columns=["rollout_tool_calls"]), smooth=1)
+    assert [ax.get_title() for ax in only_length["figures"]["behaviour"].axes] == [
+        results.BEHAVIOUR[0][1]]
 
 
 def test_plot_command_reports_unreadable_runs(tmp_path, capsys):

@@ -283,15 +283,46 @@ def test_the_qwen_pilots_readme_states_what_its_event_files_and_tables_hold():
     assert f"from {first:.3f} to {last:.3f}" in " ".join(opening.split())
 
 
-def test_a_run_stopped_before_its_first_step_keeps_its_start_up_split(tmp_path):
+def _train_marks(t0: datetime, seconds: dict[str, float], monkeypatch, capsys) -> list[str]:
+    """The lines ``train``'s own :func:`~mathagent.launch.commands.mark` prints, ``seconds``
+    after ``t0`` (the clock read as UTC, as on the GPU machine)."""
+    import time as real_time
+
+    from mathagent.launch import commands
+
+    class Clock:
+        now = t0.timestamp()
+        strftime = staticmethod(real_time.strftime)
+        localtime = staticmethod(real_time.gmtime)
+
+        @classmethod
+        def time(cls) -> float:
+            return cls.now
+
+    monkeypatch.setattr(commands, "time", Clock)
+    capsys.readouterr()
+    for what, after in seconds.items():
+        Clock.now = t0.timestamp() + after
+        commands.mark(what, t0.timestamp())
+    return capsys.readouterr().out.splitlines()
+
+
+def test_a_run_stopped_before_its_first_step_keeps_its_start_up_split(tmp_path, monkeypatch,
+                                                                       capsys):
     """A run that never reached step 1 (no Trinity meta files, no steps): the script keeps its
-    event files, start-up milestones and memory instead of failing on what it lacks."""
+    event files, start-up milestones and memory instead of failing on what it lacks. `train`'s
+    own marks split the time before Trinity's actors exist."""
     t0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
     def at(seconds: float) -> datetime:
         return t0 + timedelta(seconds=seconds)
 
+    config, preflight, tune = _train_marks(t0, {"config loaded": 9, "preflight passed": 21,
+                                                "Ray joined, tune() called": 27},
+                                           monkeypatch, capsys)
+    assert tune == "launch 12-01 12:00:27 Ray joined, tune() called (27.0 s after `train` began)"
     log = "\n".join([
-        "Config configs/x.yaml", "Launching: TensorBoard logs under somewhere",
+        config, "Config configs/x.yaml", preflight, "Launching: TensorBoard logs under somewhere",
+        tune,
         _log_line(at(60), "Finished initializing Explorer."),
         _log_line(at(111), "workers initialized", "(Trainer pid=2)").replace("[x.py:1]",
                                                                             "[trainer.py:436]"),
@@ -328,6 +359,9 @@ def test_a_run_stopped_before_its_first_step_keeps_its_start_up_split(tmp_path):
                           text=True, timeout=hang_bound(300), cwd=paths.REPO_ROOT)
     assert done.returncode == 0, done.stderr
     startup = pd.read_csv(out / "startup.csv", index_col=0)["random_seed0"]
+    assert startup["`train`: config loaded"] == 0.15
+    assert startup["`train`: preflight passed"] == 0.35
+    assert startup["`train`: Ray joined, tune() called"] == 0.45
     assert startup["Ray actors (explorer, trainer) made"] == 1.0
     assert startup["vLLM actor's first line"] == 2.25
     assert startup["vLLM engine core starts"] == 3.0
@@ -337,6 +371,7 @@ def test_a_run_stopped_before_its_first_step_keeps_its_start_up_split(tmp_path):
     assert np.isnan(startup["step 1 starts"])
     excerpt = (out / "random_seed0" / "train_log_excerpt.txt").read_text()
     assert "torch.compile took 27.46 s" in excerpt
+    assert all(line in excerpt.splitlines() for line in (config, preflight, tune))
     assert not (out / "random_seed0" / "explorer_meta.json").exists()
     assert pd.read_csv(out / "phase_times.csv", index_col=0).empty
     # asked for figures, it writes the tables and says in one line why there are none

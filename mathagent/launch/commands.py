@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,19 @@ def train_subprocess(config: str | Path, overrides: Sequence[str] = (),
                               stderr=subprocess.STDOUT).returncode
 
 
+#: The first word of the lines that mark ``train``'s own start-up (after it, the time in the
+#: format of Trinity-RFT's log lines: local time, month-day), so that a run's log splits the
+#: time before Trinity's actors exist (``scripts/gpu/trinity_results.py`` reads them).
+LAUNCH_MARK = "launch"
+
+
+def mark(what: str, started: float) -> None:
+    """Print one start-up mark of ``train``: the time, ``what`` and the seconds since ``started``."""
+    now = time.time()
+    print(f"{LAUNCH_MARK} {time.strftime('%m-%d %H:%M:%S', time.localtime(now))} {what} "
+          f"({now - started:.1f} s after `train` began)", flush=True)
+
+
 def train_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=paths.CONFIGS_DIR / "config_difficulty.yaml",
                         help="Trinity-RFT YAML (default configs/config_difficulty.yaml)")
@@ -183,6 +197,7 @@ def train_command(args: argparse.Namespace) -> int:
     Trinity-RFT key) is refused first with one line naming the right command: Trinity's
     loader would otherwise report its first unknown key, which does not say what is wrong.
     """
+    started = time.time()
     import yaml
 
     trinity_keys = {"mode", "project", "group", "name", "checkpoint_root_dir",
@@ -207,6 +222,8 @@ def train_command(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        if not args.dry_run:
+            mark("config loaded", started)
         print(f"Config {plan.config_path} (Trinity project {plan.config.project!r}, "
               f"run {plan.config.name!r})")
         print("\nPython-side settings (tune() writes them over the YAML):")
@@ -226,6 +243,8 @@ def train_command(args: argparse.Namespace) -> int:
         if not result.ok:
             print(f"\n{len(result.problems)} problem(s): fix them and run again.", file=sys.stderr)
             return 1
+        if not args.dry_run:
+            mark("preflight passed", started)
 
         print("\nResolved config (after Trinity's check_and_update()):")
         if args.full:
@@ -250,10 +269,10 @@ def train_command(args: argparse.Namespace) -> int:
         if args.dry_run:
             print("\nDry run: config and data are sound; training not started.")
             return 0
-        return launch(plan, result)
+        return launch(plan, result, started)
 
 
-def launch(plan: LaunchPlan, checked: Preflight) -> int:
+def launch(plan: LaunchPlan, checked: Preflight, started: float | None = None) -> int:
     """Call ``agentscope.tuner.tune()`` (GPU machine); record the run for the results reader.
 
     Before ``tune()``: the compatibility fixes are applied here, and Ray is joined with a
@@ -301,6 +320,7 @@ def launch(plan: LaunchPlan, checked: Preflight) -> int:
     ray.init(address=checked.checked_config.cluster.ray_address,
              namespace=checked.checked_config.ray_namespace,
              runtime_env=worker_runtime_env(checked.checked_config), ignore_reinit_error=True)
+    mark("Ray joined, tune() called", time.time() if started is None else started)
     with carrying_rollout_settings(plan.carried):
         tune(workflow_func=plan.workflow_func, judge_func=plan.judge_func,
              config_path=str(trinity_yaml), model=plan.model, algorithm=plan.algorithm)

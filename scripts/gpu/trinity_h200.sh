@@ -90,13 +90,23 @@ explorer.concurrent_mode=asynchronous explorer.max_repeat_times_per_runner=null 
 # from the actor's own keys of the same names). With micro-batches of 2 a pair's trainers came
 # through their first update at 11.8 GiB of live tensors, but a step took about 60 s
 # (results/trinity_h200_qwen_cache/README.md): too slow for a pair to reach 16 steps in a
-# stretch; 4 halves the micro-batches (32 a step), its memory and time are not yet measured.
+# stretch; with 4 (32 a step) a pair step took 42-44 s and both runs went through step 8
+# without running out of memory, the GPU at 113 of 140 GiB after step 1's update
+# (results/trinity_h200_qwen_mb4/README.md).
 QWEN_ARGS=${QWEN_ARGS:-"buffer.total_steps=16 tuner.algorithm.eval_interval_steps=8 \
 trainer.use_dynamic_bsz=false trainer.trainer_config.actor.ppo_micro_batch_size_per_gpu=4 \
 trainer.trainer_config.ref.log_prob_micro_batch_size_per_gpu=4 \
 trainer.trainer_config.rollout.log_prob_micro_batch_size_per_gpu=4 \
 trainer.trainer_config.actor.fsdp_config.entropy_from_logits_with_chunking=true \
 trainer.trainer_config.actor.fsdp_config.entropy_checkpointing=true"}
+# A start-up lever tried side by side in a pair: the random run gets QWEN_LEVER, the
+# difficulty-based run keeps Trinity's default (QWEN_LEVER= gives both the same start). It
+# changes when the runners start, not what they run. Trinity prepares at most
+# explorer.runner_prepare_concurrency (default 8) workflow runners at a time, each one a Ray
+# worker that imports Trinity's explorer (torch, vLLM's config, Ray) and AgentScope before it is
+# ready, so a run's 16 runners come up in two waves: in the four stretches so far the first
+# runner was ready 0.8-1.1 minutes after the models, the last 0.5-0.7 minutes after it.
+QWEN_LEVER=${QWEN_LEVER-"explorer.runner_prepare_concurrency=16"}
 seed_args() {
   echo "buffer.explorer_input.taskset.data_selector.seed=$1 explorer.rollout_model.seed=$1"
 }
@@ -111,6 +121,13 @@ pairs() {
       specs+=("${sel}${run}_seed$seed=configs/config_${sel}_${conf}.yaml")
     done
   done
+}
+
+# qwen_pair SEED...: `pairs` for the Qwen experiment, the random runs with QWEN_LEVER
+qwen_pair() {
+  local seed own
+  pairs _qwen qwen "$@"
+  for seed in "$@"; do own="ARGS_random_qwen_seed$seed"; export "$own=${!own} $QWEN_LEVER"; done
 }
 
 case "${1:?usage: trinity_h200.sh part|qpart|pilot|qwen|start|experiment|local|settings|wait|collect ...}" in
@@ -139,10 +156,11 @@ settings)
   echo "experiment $EXPERIMENT_ARGS"
   for name in $PILOT_RUNS; do own="ARGS_$name"; echo "$name $PILOT_ARGS ${!own}"; done
   echo "qwen $QWEN_ARGS"
+  qwen_pair 0; for spec in "${specs[@]}"; do name=${spec%%=*}; own="ARGS_$name"; echo "$name ${!own}"; done
   ;;
 qwen)
   shift; mkdir -p "$W"; join_model "$W/qwen.gguf"
-  pairs _qwen qwen "$@"
+  qwen_pair "$@"
   MODEL_FILE=$W/qwen.gguf MODEL_DIR=$W/qwen-model TRAIN_ARGS="$QWEN_ARGS ${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
   ;;
 start)

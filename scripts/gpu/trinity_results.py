@@ -41,9 +41,13 @@ import pandas as pd
 from mathagent import plots, results
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-STAMP = re.compile(r"(?:INFO|WARNING|ERROR) (\d\d-\d\d \d\d:\d\d:\d\d) ")
+# Trinity's log lines and `train`'s own start-up marks (mathagent.launch.commands.mark)
+STAMP = re.compile(r"(?:INFO|WARNING|ERROR|^launch) (\d\d-\d\d \d\d:\d\d:\d\d) ")
 # start-up milestones: (name, pattern of the first log line that marks it)
 MILESTONES = (
+    ("`train`: config loaded", r"^launch \S+ \S+ config loaded"),
+    ("`train`: preflight passed", r"^launch \S+ \S+ preflight passed"),
+    ("`train`: Ray joined, tune() called", r"^launch \S+ \S+ Ray joined"),
     ("Ray actors (explorer, trainer) made", r"Finished initializing Explorer"),
     ("trainer workers ready", r"\[trainer\.py:\d+\] workers initialized"),
     ("vLLM actor's first line", r"\(vLLMRolloutModel pid=\d+\)"),

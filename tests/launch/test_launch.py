@@ -531,6 +531,8 @@ def test_dry_run_passes_for_the_full_configs(name, ray_head, data, tmp_path, cap
     assert "data_selector.selector_type" in diff and "'random'" in diff
     assert "'difficulty_based'" in diff
     assert "Dry run: config and data are sound" in out
+    # the start-up marks are a launch's: a dry run prints none
+    assert not any(line.startswith("launch ") for line in out.splitlines())
     assert not (tmp_path / "checkpoints").exists()
     # Trinity's own log lines are collected into notes, not printed as they come (its GPU
     # memory check logs NO GPU DETECTED where torch sees no CUDA device)
