@@ -1,10 +1,11 @@
-"""``scripts/gpu/trinity_h200.sh wait``: every call brings back what the runs have written.
+"""``scripts/gpu/trinity_h200.sh``: every call brings back what the runs have written.
 
 A GPU machine can be lost between two commands, and everything on it with it, so
 ``wait`` ends with ``collect``: a finished run and runs still going are packed into ``$OUT``
 each time. The script runs here for real on a made-up work folder (no GPU, no runs: a pid
 file of a process that is gone stands for a finished Trinity run, a ``local/pid`` without
-``local/ended`` for the train-local step still going).
+``local/ended`` for the train-local step still going). ``start`` runs with a stand-in for the
+bundle's ``python3`` that records its calls.
 """
 
 from __future__ import annotations
@@ -289,3 +290,84 @@ def test_wait_stops_in_time_for_its_collect_when_the_call_has_an_end(tmp_path):
     assert "random_seed1: no buffer samples: the call ends in" in done.stdout
     with tarfile.open(out / "random_seed1.tgz") as tar:
         assert "random_seed1/params.json" in tar.getnames()
+
+
+STUB_PYTHON = r'''#!/usr/bin/env bash
+# stands for the bundle's python3: records each call (time, the run's label, its arguments)
+echo "$(date +%s.%N) ${MATHAGENT_RUN_LABEL:--} ${VLLM_CACHE_ROOT:--} $*" >> "$CALLS"
+case "$*" in
+  "-m mathagent export-model"*)   # it lasts until two Ray heads have started, at most 10 s
+    for _ in $(seq 100); do [ "$(grep -c "ray start" "$CALLS")" -ge 2 ] && break; sleep 0.1; done
+    mkdir -p "$4"; echo "wrote $4 (1 MB)";
+                                echo "$(date +%s.%N) - - export done" >> "$CALLS" ;;
+  "-m mathagent ray start"*) echo "Ray head running at 192.0.2.2:1" ;;
+  "-c "*) echo "versions: stub" ;;
+esac
+'''
+
+
+def test_start_begins_the_ray_heads_beside_the_export_and_each_train_after_it(tmp_path):
+    """``start`` exports the model in the background and starts each run's Ray head beside
+    it (the export is the setup's longest step); every ``train`` starts once the model folder
+    is there, with its own run's environment. The machine's programs are stand-ins here: a
+    ``python3`` that records its calls (the bundle's environment puts it first on PATH)."""
+    w, b, stubs = tmp_path / "w", tmp_path / "b", tmp_path / "stubs"
+    (b / "site").mkdir(parents=True)   # an installed bundle
+    (b / "model.gguf").write_text("gguf")
+    stubs.mkdir()
+    (stubs / "python3").write_text(STUB_PYTHON)
+    (stubs / "python3").chmod(0o755)
+    (b / "env.sh").write_text(f'export PATH="{stubs}:$PATH" PYTHONPATH=""\n')
+    calls = tmp_path / "calls.txt"
+    env = {**os.environ, "W": str(w), "B": str(b), "CALLS": str(calls)}
+    try:
+        done = subprocess.run(["bash", str(SCRIPT), "start", "one=configs/a.yaml",
+                               "two=configs/b.yaml"], env=env, capture_output=True, text=True,
+                              timeout=hang_bound(120))
+        assert done.returncode == 0, done.stdout + done.stderr
+        deadline = time.time() + hang_bound(30)   # the detached `train` sessions record theirs
+        while calls.read_text().count(" -m mathagent train ") < 2 and time.time() < deadline:
+            time.sleep(0.2)
+        rows = [line.split(" ", 3) for line in calls.read_text().splitlines()]
+        order = [(label, args.split(" --")[0]) for _, label, _, args in rows]
+        when = {(label, args.split(" --")[0]): float(t) for t, label, _, args in rows}
+        export = ("-", "-m mathagent export-model " + str(w / "model"))
+        assert export in order and ("-", "export done") in order
+        heads = [("one", "-m mathagent ray start"), ("two", "-m mathagent ray start")]
+        trains = [("one", "-m mathagent train"), ("two", "-m mathagent train")]
+        # both heads were up while the export still ran; no train before it ended
+        assert all(when[h] < when[("-", "export done")] for h in heads), calls.read_text()
+        assert all(when[t] >= when[("-", "export done")] for t in trains)
+        # each run's own environment: its label and compile cache, its config and model
+        cache = {label: root for _, label, root, args in rows if "mathagent train" in args}
+        assert cache == {"one": str(w / "vllm_cache" / "one"),
+                         "two": str(w / "vllm_cache" / "two")}
+        assert any(args.startswith("-m mathagent train --config configs/b.yaml --compare none")
+                   for _, label, _, args in rows if label == "two")
+        assert (w / "one.model").read_text().strip() == str(w / "model")
+        assert (w / "one.t0").is_file() and (w / "two.pid").is_file()
+        assert "wrote " + str(w / "model") in done.stdout and "setup took" in done.stdout
+    finally:
+        subprocess.run(["rm", "-rf", str(w)])   # the GPU monitor stops once its folder is gone
+
+
+def test_start_stops_when_the_export_fails(tmp_path):
+    """A failed export ends ``start`` with one line naming its log, before any ``train``."""
+    w, b, stubs = tmp_path / "w", tmp_path / "b", tmp_path / "stubs"
+    (b / "site").mkdir(parents=True)
+    (b / "model.gguf").write_text("gguf")
+    stubs.mkdir()
+    (stubs / "python3").write_text(STUB_PYTHON.replace("for _ in", "exit 3; for _ in"))
+    (stubs / "python3").chmod(0o755)
+    (b / "env.sh").write_text(f'export PATH="{stubs}:$PATH" PYTHONPATH=""\n')
+    calls = tmp_path / "calls.txt"
+    env = {**os.environ, "W": str(w), "B": str(b), "CALLS": str(calls)}
+    try:
+        done = subprocess.run(["bash", str(SCRIPT), "start", "one=configs/a.yaml"], env=env,
+                              capture_output=True, text=True, timeout=hang_bound(120))
+        assert done.returncode == 1
+        assert done.stderr.strip().splitlines()[-1] == \
+            f"export-model failed (exit 3): {w / 'export.log'}"
+        assert "mathagent train" not in calls.read_text() and not (w / "one.pid").exists()
+    finally:
+        subprocess.run(["rm", "-rf", str(w)])

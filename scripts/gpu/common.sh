@@ -48,23 +48,38 @@ join_model() {
 # install the bundle (once), run from a copy of the project (so the checkout can change while
 # the runs go on: this changes the working directory), check the imports, export the model file
 # MODEL_FILE (default: the bundled one) to MODEL_DIR (default $W/model; one folder per model
-# file, so runs of another policy on the same machine never reuse it) (SKIP_EXPORT=1: not)
-setup() {
-  local t0; t0=$(date +%s)
+# file, so runs of another policy on the same machine never reuse it) (SKIP_EXPORT=1: not).
+# In two halves, so that a caller can start other work beside the export, the longest step
+# (one CPU core for one to two minutes): setup_begin starts the export in the background and
+# checks the imports beside it; setup_end waits for it. `setup` is both.
+setup_begin() {
+  SETUP_T0=$(date +%s); EXPORT_PID=
   [ -d "$B/site" ] || bash scripts/gpu/install_bundle.sh "$B" "$B"
   source "$B/env.sh"
   rm -rf "$W/proj"; mkdir -p "$W/proj"
   tar --exclude=./.gpubundle --exclude=./.qwenparts --exclude=./.git --exclude=./.venv -cf - . | tar -xf - -C "$W/proj"
   cd "$W/proj"
   export PYTHONPATH="$W/proj:$PYTHONPATH"
+  if [ -z "${SKIP_EXPORT:-}" ] && [ ! -d "${MODEL_DIR:-$W/model}" ]; then
+    python3 -m mathagent export-model "${MODEL_DIR:-$W/model}" \
+      --model "${MODEL_FILE:-$(ls "$B"/*.gguf)}" > "$W/export.log" 2>&1 < /dev/null &
+    EXPORT_PID=$!
+  fi
   [ -n "${SKIP_CHECK:-}" ] || python3 -c "import torch, transformers, vllm, trinity, verl, agentscope, ray; print('versions:', \
 torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__, \
 'ray', ray.__version__, 'agentscope', agentscope.__version__)"
-  [ -n "${SKIP_EXPORT:-}" ] || [ -d "${MODEL_DIR:-$W/model}" ] || python3 -m mathagent export-model "${MODEL_DIR:-$W/model}" \
-    --model "${MODEL_FILE:-$(ls "$B"/*.gguf)}" \
-    2>&1 | grep -v "it/s" | tail -2
-  log "setup took $(( $(date +%s) - t0 )) s"
 }
+setup_end() {
+  if [ -n "${EXPORT_PID:-}" ]; then
+    local rc=0
+    wait "$EXPORT_PID" || rc=$?
+    EXPORT_PID=
+    grep -av "it/s" "$W/export.log" | tail -2 || true
+    [ "$rc" -eq 0 ] || { echo "export-model failed (exit $rc): $W/export.log" >&2; exit 1; }
+  fi
+  log "setup took $(( $(date +%s) - SETUP_T0 )) s"
+}
+setup() { setup_begin; setup_end; }
 
 # call_left: seconds until CALL_END (the Unix time by which the command that runs these steps
 # must have returned, set by whoever starts it: the machine ends a command at its limit, and

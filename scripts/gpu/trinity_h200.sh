@@ -15,8 +15,9 @@
 #   bash scripts/gpu/trinity_h200.sh qwen SEED...    the Qwen policy's pair per SEED (random_qwen_seedN,
 #                                                    difficulty_qwen_seedN) with QWEN_ARGS, on the
 #                                                    joined Qwen model file
-#   bash scripts/gpu/trinity_h200.sh start RUN...    install the bundle, export the model, then
-#                                                    per RUN: a Ray head and a detached `train`
+#   bash scripts/gpu/trinity_h200.sh start RUN...    install the bundle; export the model while
+#                                                    each RUN's Ray head starts; then per RUN a
+#                                                    detached `train`
 #   bash scripts/gpu/trinity_h200.sh experiment SEED...
 #                                                    `start` for the 40-step experiment of
 #                                                    results/trinity_h200/: per SEED, random and
@@ -123,6 +124,21 @@ pairs() {
   done
 }
 
+# run_env NAME: the environment of run NAME (its Ray head's, so its workers', and its
+# `train`'s): its label, folders, model and vLLM compile cache; sets `name`
+run_env() {
+  name=$1
+  export MATHAGENT_RUN_LABEL=$name MATHAGENT_RUNS=$W/runs/$name
+  export TRINITY_CHECKPOINT_ROOT_DIR=$W/ckpt/$name TRINITY_MODEL_PATH=${MODEL_DIR:-$W/model}
+  # vLLM's compile cache per run: runs compiling at the same time do not share files; each
+  # starts from the carried one (`cache`), if any
+  export VLLM_CACHE_ROOT=$W/vllm_cache/$name
+  if [ -d "$W/vllm_cache_seed" ] && [ ! -e "$VLLM_CACHE_ROOT" ]; then
+    mkdir -p "$W/vllm_cache"; cp -r "$W/vllm_cache_seed" "$VLLM_CACHE_ROOT"
+    log "$name: vLLM starts from the carried compile cache"
+  fi
+}
+
 # qwen_pair SEED...: `pairs` for the Qwen experiment, the random runs with QWEN_LEVER
 qwen_pair() {
   local seed own
@@ -165,22 +181,18 @@ qwen)
   ;;
 start)
   shift
-  setup
+  # the Ray heads start beside the model's export; each `train` once the model is there
+  setup_begin
   setsid bash scripts/gpu/gpu_monitor.sh "$W/gpu" > /dev/null 2>&1 < /dev/null &
   for spec in "$@"; do
-    name=${spec%%=*}; config=${spec#*=}
-    export MATHAGENT_RUN_LABEL=$name MATHAGENT_RUNS=$W/runs/$name
-    export TRINITY_CHECKPOINT_ROOT_DIR=$W/ckpt/$name TRINITY_MODEL_PATH=${MODEL_DIR:-$W/model}
-    echo "$TRINITY_MODEL_PATH" > "$W/$name.model"   # the model of the run (collect decodes with it)
-    # vLLM's compile cache per run: runs compiling at the same time do not share files; each
-    # starts from the carried one (`cache`), if any
-    export VLLM_CACHE_ROOT=$W/vllm_cache/$name
-    if [ -d "$W/vllm_cache_seed" ] && [ ! -e "$VLLM_CACHE_ROOT" ]; then
-      mkdir -p "$W/vllm_cache"; cp -r "$W/vllm_cache_seed" "$VLLM_CACHE_ROOT"
-      log "$name: vLLM starts from the carried compile cache"
-    fi
+    run_env "${spec%%=*}"
     python3 -m mathagent ray start --temp-dir "/tmp/ray_$name" \
       --object-store-memory $((4 * 1024**3)) 2>&1 | grep -v "starting Ray head" | tail -2
+  done
+  setup_end
+  for spec in "$@"; do
+    run_env "${spec%%=*}"; config=${spec#*=}
+    echo "$TRINITY_MODEL_PATH" > "$W/$name.model"   # the model of the run (collect decodes with it)
     date +%s > "$W/$name.t0"
     # a process session of its own: it outlives this command; its id is recorded to follow it
     own="ARGS_$name"
