@@ -44,3 +44,12 @@ def test_figure_dir_follows_the_run_folder(tmp_path, monkeypatch):
     monkeypatch.setenv(paths.RUN_DIR_ENV, str(tmp_path))
     assert paths.figure_dir() == tmp_path / "figures"
     assert (tmp_path / "figures").is_dir()
+
+
+def test_a_test_session_keeps_its_runs_out_of_the_checkout():
+    """conftest.py gives the session (and the notebooks' kernels, which inherit it) a runs
+    folder of its own under /tmp: notebook 04's train-local run alone leaves 1.6 GB, and the
+    checkout's runs/ is the user's."""
+    runs = paths.runs_dir()
+    assert runs.is_dir()
+    assert not runs.resolve().is_relative_to(paths.REPO_ROOT.resolve())
