@@ -12,10 +12,10 @@ os.environ.setdefault("MATHAGENT_SMOKE", "1")
 
 # What the tests and the notebooks they run write as runs (notebook 04's train-local run with
 # its 1.6 GB checkpoint, the Trinity smoke runs' logs, the notebooks' figures and scratch
-# folders) goes to one folder under /tmp for the whole session, removed at its end, not to the
-# checkout's runs/, which is the user's: each test session there left 1.6 GB behind. Workers of
-# pytest-xdist inherit the folder; the process that made it removes it. MATHAGENT_RUNS set by
-# the caller is kept.
+# folders) goes to one temporary folder (under TMPDIR, else /tmp) for the whole session,
+# removed at its end, not to the checkout's runs/, which is the user's: each test session there
+# left 1.6 GB behind. Workers of pytest-xdist inherit the folder; the process that made it
+# removes it. MATHAGENT_RUNS set by the caller is kept.
 _OWN_RUNS = None
 if "MATHAGENT_RUNS" not in os.environ:
     _OWN_RUNS = tempfile.mkdtemp(prefix="mathagent-test-runs-")
@@ -25,6 +25,7 @@ if "MATHAGENT_RUNS" not in os.environ:
 def pytest_unconfigure(config):
     if _OWN_RUNS is not None:
         shutil.rmtree(_OWN_RUNS, ignore_errors=True)
+
 
 # Under pytest-xdist each worker, and every process a test starts, computes on one thread
 # (torch, numpy and llama.cpp's BLAS read OMP_NUM_THREADS when they load): with two workers on

@@ -115,6 +115,7 @@ def write_hf(model, tokenizer, out: str | os.PathLike, dtype: str = "float32",
     state = {k: v.detach().to(torch_dtype).contiguous() for k, v in model.state_dict().items()}
     with _no_init_weights():   # every weight is loaded next: its random init is wasted time
         fresh = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    fresh.tie_weights()   # which the skipped init would have done (tied embeddings)
     missing, unexpected = fresh.load_state_dict(state, strict=False)
     del state
     # tied embeddings: lm_head.weight is the embedding matrix and may be absent from `state`

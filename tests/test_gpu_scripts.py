@@ -292,14 +292,21 @@ def test_wait_stops_in_time_for_its_collect_when_the_call_has_an_end(tmp_path):
         assert "random_seed1/params.json" in tar.getnames()
 
 
+def _stop_monitor(w: Path) -> None:
+    """Stop the GPU monitor ``start`` left for the work folder ``w`` and remove the folder."""
+    subprocess.run(["pkill", "-f", f"gpu_monitor.sh {w}/gpu"])
+    subprocess.run(["rm", "-rf", str(w)])
+
+
 STUB_PYTHON = r'''#!/usr/bin/env bash
-# stands for the bundle's python3: records each call (time, the run's label, its arguments)
-echo "$(date +%s.%N) ${MATHAGENT_RUN_LABEL:--} ${VLLM_CACHE_ROOT:--} $*" >> "$CALLS"
+# stands for the bundle's python3: records each call (time, the run's label, compile cache
+# and runs folder, its arguments)
+echo "$(date +%s.%N) ${MATHAGENT_RUN_LABEL:--} ${VLLM_CACHE_ROOT:--} ${MATHAGENT_RUNS:--} $*" >> "$CALLS"
 case "$*" in
   "-m mathagent export-model"*)   # it lasts until two Ray heads have started, at most 10 s
     for _ in $(seq 100); do [ "$(grep -c "ray start" "$CALLS")" -ge 2 ] && break; sleep 0.1; done
     mkdir -p "$4"; echo "wrote $4 (1 MB)";
-                                echo "$(date +%s.%N) - - export done" >> "$CALLS" ;;
+                                echo "$(date +%s.%N) - - - export done" >> "$CALLS" ;;
   "-m mathagent ray start"*) echo "Ray head running at 192.0.2.2:1" ;;
   "-c "*) echo "versions: stub" ;;
 esac
@@ -328,9 +335,9 @@ def test_start_begins_the_ray_heads_beside_the_export_and_each_train_after_it(tm
         deadline = time.time() + hang_bound(30)   # the detached `train` sessions record theirs
         while calls.read_text().count(" -m mathagent train ") < 2 and time.time() < deadline:
             time.sleep(0.2)
-        rows = [line.split(" ", 3) for line in calls.read_text().splitlines()]
-        order = [(label, args.split(" --")[0]) for _, label, _, args in rows]
-        when = {(label, args.split(" --")[0]): float(t) for t, label, _, args in rows}
+        rows = [line.split(" ", 4) for line in calls.read_text().splitlines()]
+        order = [(label, args.split(" --")[0]) for _, label, _, _, args in rows]
+        when = {(label, args.split(" --")[0]): float(t) for t, label, _, _, args in rows}
         export = ("-", "-m mathagent export-model " + str(w / "model"))
         assert export in order and ("-", "export done") in order
         heads = [("one", "-m mathagent ray start"), ("two", "-m mathagent ray start")]
@@ -339,16 +346,16 @@ def test_start_begins_the_ray_heads_beside_the_export_and_each_train_after_it(tm
         assert all(when[h] < when[("-", "export done")] for h in heads), calls.read_text()
         assert all(when[t] >= when[("-", "export done")] for t in trains)
         # each run's own environment: its label and compile cache, its config and model
-        cache = {label: root for _, label, root, args in rows if "mathagent train" in args}
+        cache = {label: root for _, label, root, _, args in rows if "mathagent train" in args}
         assert cache == {"one": str(w / "vllm_cache" / "one"),
                          "two": str(w / "vllm_cache" / "two")}
         assert any(args.startswith("-m mathagent train --config configs/b.yaml --compare none")
-                   for _, label, _, args in rows if label == "two")
+                   for _, label, _, _, args in rows if label == "two")
         assert (w / "one.model").read_text().strip() == str(w / "model")
         assert (w / "one.t0").is_file() and (w / "two.pid").is_file()
         assert "wrote " + str(w / "model") in done.stdout and "setup took" in done.stdout
     finally:
-        subprocess.run(["rm", "-rf", str(w)])   # the GPU monitor stops once its folder is gone
+        _stop_monitor(w)
 
 
 def test_start_stops_when_the_export_fails(tmp_path):
@@ -369,5 +376,39 @@ def test_start_stops_when_the_export_fails(tmp_path):
         assert done.stderr.strip().splitlines()[-1] == \
             f"export-model failed (exit 3): {w / 'export.log'}"
         assert "mathagent train" not in calls.read_text() and not (w / "one.pid").exists()
+        # the head started beside the export is stopped, through its own run's record
+        assert any(line.split(" ", 4)[1:5:3] == ["one", "-m mathagent ray stop"]
+                   for line in calls.read_text().splitlines())
     finally:
-        subprocess.run(["rm", "-rf", str(w)])
+        _stop_monitor(w)
+
+
+def test_notebooks_keep_their_runs_in_the_project_copy_for_collect(tmp_path):
+    """``notebooks.sh start``: the notebooks' pytest sessions write their runs into the project
+    copy's ``runs/``, which ``collect`` packs (a test session left to itself would use a folder
+    of its own under /tmp, removed at its end)."""
+    w, b, stubs = tmp_path / "w", tmp_path / "b", tmp_path / "stubs"
+    (b / "site").mkdir(parents=True)
+    (b / "model.gguf").write_text("gguf")
+    stubs.mkdir()
+    (stubs / "python3").write_text(STUB_PYTHON)
+    (stubs / "python3").chmod(0o755)
+    (b / "env.sh").write_text(f'export PATH="{stubs}:$PATH" PYTHONPATH=""\n')
+    calls = tmp_path / "calls.txt"
+    env = {**os.environ, "W": str(w), "B": str(b), "OUT": str(tmp_path / "out"),
+           "CALLS": str(calls), "QW": str(tmp_path / "qwen")}
+    env.pop("MATHAGENT_RUNS", None)   # as on the GPU machine
+    try:
+        done = subprocess.run(["bash", str(NOTEBOOKS_SCRIPT), "start"], env=env,
+                              capture_output=True, text=True, timeout=hang_bound(120))
+        assert done.returncode == 0, done.stdout + done.stderr
+        deadline = time.time() + hang_bound(30)
+        while "all notebooks ended" not in (w / "notebooks.log").read_text() \
+                and time.time() < deadline:
+            time.sleep(0.2)
+        sessions = [line.split(" ", 4) for line in calls.read_text().splitlines()
+                    if " -m pytest " in line]
+        assert len(sessions) == 2   # notebooks 01-03, then 04-05
+        assert {runs for _, _, _, runs, _ in sessions} == {str(w / "proj" / "runs")}
+    finally:
+        _stop_monitor(w)

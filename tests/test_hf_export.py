@@ -90,6 +90,13 @@ def test_export_writes_a_hugging_face_folder(export, request):
     config = json.loads((out / "config.json").read_text())
     assert "quantization_config" not in config  # a plain float model, savable and loadable
     assert config["dtype"] == ("float32" if export == "fp32_export" else "bfloat16")
+    # the bundled model ties its output layer to the embeddings: one matrix saved, not two
+    from safetensors import safe_open
+
+    assert config["tie_word_embeddings"] is True
+    with safe_open(out / "model.safetensors", "pt") as saved:
+        names = set(saved.keys())
+    assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names
 
 
 @pytest.mark.slow

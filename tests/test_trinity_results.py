@@ -319,7 +319,7 @@ def test_a_run_stopped_before_its_first_step_keeps_its_start_up_split(tmp_path, 
     config, preflight, tune = _train_marks(t0, {"config loaded": 9, "preflight passed": 21,
                                                 "Ray joined, tune() called": 27},
                                            monkeypatch, capsys)
-    assert tune == "launch 12-01 12:00:27 Ray joined, tune() called (27.0 s after `train` began)"
+    assert tune == "launch 12-01 12:00:27 Ray joined, tune() called (27.0 s after `train` read its arguments)"
     log = "\n".join([
         config, "Config configs/x.yaml", preflight, "Launching: TensorBoard logs under somewhere",
         tune,

@@ -48,7 +48,7 @@ def test_figure_dir_follows_the_run_folder(tmp_path, monkeypatch):
 
 def test_a_test_session_keeps_its_runs_out_of_the_checkout():
     """conftest.py gives the session (and the notebooks' kernels, which inherit it) a runs
-    folder of its own under /tmp: notebook 04's train-local run alone leaves 1.6 GB, and the
+    temporary folder of its own: notebook 04's train-local run alone leaves 1.6 GB, and the
     checkout's runs/ is the user's."""
     runs = paths.runs_dir()
     assert runs.is_dir()

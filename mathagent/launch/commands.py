@@ -149,10 +149,12 @@ LAUNCH_MARK = "launch"
 
 
 def mark(what: str, started: float) -> None:
-    """Print one start-up mark of ``train``: the time, ``what`` and the seconds since ``started``."""
+    """Print one start-up mark of ``train``: the time, ``what`` and the seconds since
+    ``started`` (when ``train`` had its arguments; the interpreter's start and the command
+    line's imports come before)."""
     now = time.time()
     print(f"{LAUNCH_MARK} {time.strftime('%m-%d %H:%M:%S', time.localtime(now))} {what} "
-          f"({now - started:.1f} s after `train` began)", flush=True)
+          f"({now - started:.1f} s after `train` read its arguments)", flush=True)
 
 
 def train_parser(parser: argparse.ArgumentParser) -> None:
@@ -272,7 +274,7 @@ def train_command(args: argparse.Namespace) -> int:
         return launch(plan, result, started)
 
 
-def launch(plan: LaunchPlan, checked: Preflight, started: float | None = None) -> int:
+def launch(plan: LaunchPlan, checked: Preflight, started: float) -> int:
     """Call ``agentscope.tuner.tune()`` (GPU machine); record the run for the results reader.
 
     Before ``tune()``: the compatibility fixes are applied here, and Ray is joined with a
@@ -320,7 +322,7 @@ def launch(plan: LaunchPlan, checked: Preflight, started: float | None = None) -
     ray.init(address=checked.checked_config.cluster.ray_address,
              namespace=checked.checked_config.ray_namespace,
              runtime_env=worker_runtime_env(checked.checked_config), ignore_reinit_error=True)
-    mark("Ray joined, tune() called", time.time() if started is None else started)
+    mark("Ray joined, tune() called", started)
     with carrying_rollout_settings(plan.carried):
         tune(workflow_func=plan.workflow_func, judge_func=plan.judge_func,
              config_path=str(trinity_yaml), model=plan.model, algorithm=plan.algorithm)

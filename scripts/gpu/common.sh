@@ -57,29 +57,33 @@ setup_begin() {
   [ -d "$B/site" ] || bash scripts/gpu/install_bundle.sh "$B" "$B"
   source "$B/env.sh"
   rm -rf "$W/proj"; mkdir -p "$W/proj"
-  tar --exclude=./.gpubundle --exclude=./.qwenparts --exclude=./.git --exclude=./.venv -cf - . | tar -xf - -C "$W/proj"
+  tar --exclude=./.gpubundle --exclude=./.qwenparts --exclude=./.git --exclude=./.venv \
+    --exclude=./runs --exclude=./.gpucache -cf - . | tar -xf - -C "$W/proj"
   cd "$W/proj"
   export PYTHONPATH="$W/proj:$PYTHONPATH"
   if [ -z "${SKIP_EXPORT:-}" ] && [ ! -d "${MODEL_DIR:-$W/model}" ]; then
     python3 -m mathagent export-model "${MODEL_DIR:-$W/model}" \
       --model "${MODEL_FILE:-$(ls "$B"/*.gguf)}" > "$W/export.log" 2>&1 < /dev/null &
     EXPORT_PID=$!
+    # a script that ends before setup_end (a failed step, set -e) stops the export it started
+    trap 'if [ -n "${EXPORT_PID:-}" ]; then kill "$EXPORT_PID" 2>/dev/null || true; fi' EXIT
   fi
   [ -n "${SKIP_CHECK:-}" ] || python3 -c "import torch, transformers, vllm, trinity, verl, agentscope, ray; print('versions:', \
 torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__, \
 'ray', ray.__version__, 'agentscope', agentscope.__version__)"
 }
+# setup_end fails (status 1, one line naming the export's log) when the export did
 setup_end() {
   if [ -n "${EXPORT_PID:-}" ]; then
     local rc=0
     wait "$EXPORT_PID" || rc=$?
     EXPORT_PID=
     grep -av "it/s" "$W/export.log" | tail -2 || true
-    [ "$rc" -eq 0 ] || { echo "export-model failed (exit $rc): $W/export.log" >&2; exit 1; }
+    [ "$rc" -eq 0 ] || { echo "export-model failed (exit $rc): $W/export.log" >&2; return 1; }
   fi
   log "setup took $(( $(date +%s) - SETUP_T0 )) s"
 }
-setup() { setup_begin; setup_end; }
+setup() { setup_begin; setup_end || exit 1; }
 
 # call_left: seconds until CALL_END (the Unix time by which the command that runs these steps
 # must have returned, set by whoever starts it: the machine ends a command at its limit, and

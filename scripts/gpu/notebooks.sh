@@ -52,10 +52,12 @@ rc=\$?; echo "[\$(date +%H:%M:%S)] notebooks 01-05 (tutorial): exit \$rc after \
 echo "all notebooks ended"
 EOF
   else
+    # MATHAGENT_RUNS: pytest would otherwise give the session a folder of its own under /tmp
+    # (conftest.py), removed at its end; collect packs proj/runs
     cat > "$W/notebooks.sh" <<EOF
 set -u
 cd "$W/proj"
-export TRINITY_MODEL_PATH="$W/model" MATHAGENT_MODEL_PATH="$W/model"
+export TRINITY_MODEL_PATH="$W/model" MATHAGENT_MODEL_PATH="$W/model" MATHAGENT_RUNS="$W/proj/runs"
 if [ -f "$QW/vllm.pid" ] && kill -0 \$(cat "$QW/vllm.pid") 2>/dev/null; then
   until grep -q "vllm ready" "$QW/measure.log" 2>/dev/null; do sleep 5; done
 fi

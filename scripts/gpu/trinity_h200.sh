@@ -106,7 +106,11 @@ trainer.trainer_config.actor.fsdp_config.entropy_checkpointing=true"}
 # explorer.runner_prepare_concurrency (default 8) workflow runners at a time, each one a Ray
 # worker that imports Trinity's explorer (torch, vLLM's config, Ray) and AgentScope before it is
 # ready, so a run's 16 runners come up in two waves: in the four stretches so far the first
-# runner was ready 0.8-1.1 minutes after the models, the last 0.5-0.7 minutes after it.
+# runner was ready 0.8-1.1 minutes after the models, the last 0.5-0.7 minutes after it. The cap
+# is Trinity's guard against a crash of concurrent prepares (a glibc getenv/setenv race); a
+# runner whose prepare fails is made again, twice at most. The two runs share the machine's
+# CPUs, so the random run's 16 prepares at once also slow the other run's: the pair compares
+# the lever under the same load, not each run alone.
 QWEN_LEVER=${QWEN_LEVER-"explorer.runner_prepare_concurrency=16"}
 seed_args() {
   echo "buffer.explorer_input.taskset.data_selector.seed=$1 explorer.rollout_model.seed=$1"
@@ -189,7 +193,12 @@ start)
     python3 -m mathagent ray start --temp-dir "/tmp/ray_$name" \
       --object-store-memory $((4 * 1024**3)) 2>&1 | grep -v "starting Ray head" | tail -2
   done
-  setup_end
+  if ! setup_end; then   # no run without its model: the heads started here are stopped
+    for spec in "$@"; do
+      run_env "${spec%%=*}"; python3 -m mathagent ray stop 2>&1 | tail -1 || true
+    done
+    exit 1
+  fi
   for spec in "$@"; do
     run_env "${spec%%=*}"; config=${spec#*=}
     echo "$TRINITY_MODEL_PATH" > "$W/$name.model"   # the model of the run (collect decodes with it)

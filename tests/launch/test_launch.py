@@ -291,6 +291,20 @@ def test_the_train_report_shows_the_agent(data, tmp_path, capsys):
     assert "agent:\n  python_tool: true\n  tool_timeout: 10.0\n  max_iters: 10" in settings
 
 
+def test_a_launch_marks_its_start_up_up_to_where_it_stops(data, tmp_path, capsys):
+    """Without ``--dry-run`` ``train`` prints a timed mark once its config is loaded and
+    another once its preflight passes (scripts/gpu/trinity_results.py splits the start-up by
+    them); a failed preflight stops it before the second."""
+    rc, out, _ = train(["--config", str(CONFIGS / "config_random_1gpu.yaml"),
+                        f"{TASKSET}.path={tmp_path / 'missing'}", f"{EVAL0}.path={data['aime']}",
+                        f"cluster.ray_address={closed_address()}"], capsys)
+    assert rc == 1
+    marks = [line for line in out.splitlines() if line.startswith("launch ")]
+    assert len(marks) == 1 and " config loaded (" in marks[0], marks
+    assert re.fullmatch(r"launch \d\d-\d\d \d\d:\d\d:\d\d config loaded "
+                        r"\(\d+\.\d s after `train` read its arguments\)", marks[0])
+
+
 def test_missing_config_file(capsys):
     rc, _, err = train(["--config", "configs/nope.yaml", "--dry-run"], capsys)
     assert rc == 2 and "nope.yaml: no such config file" in err
