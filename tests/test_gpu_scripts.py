@@ -313,20 +313,29 @@ esac
 '''
 
 
+def _stand_in_machine(tmp_path: Path, python: str) -> tuple[Path, Path, dict]:
+    """An installed bundle in ``tmp_path/b`` whose environment puts the stand-in ``python``
+    first on PATH; returns the work folder, the file of recorded calls and the scripts'
+    environment."""
+    w, b, stubs = tmp_path / "w", tmp_path / "b", tmp_path / "stubs"
+    (b / "site").mkdir(parents=True)
+    (b / "model.gguf").write_text("gguf")
+    stubs.mkdir()
+    (stubs / "python3").write_text(python)
+    (stubs / "python3").chmod(0o755)
+    (b / "env.sh").write_text(f'export PATH="{stubs}:$PATH" PYTHONPATH=""\n')
+    calls = tmp_path / "calls.txt"
+    env = {**os.environ, "W": str(w), "B": str(b), "OUT": str(tmp_path / "out"),
+           "CALLS": str(calls), "QW": str(tmp_path / "qwen")}
+    return w, calls, env
+
+
 def test_start_begins_the_ray_heads_beside_the_export_and_each_train_after_it(tmp_path):
     """``start`` exports the model in the background and starts each run's Ray head beside
     it (the export is the setup's longest step); every ``train`` starts once the model folder
     is there, with its own run's environment. The machine's programs are stand-ins here: a
     ``python3`` that records its calls (the bundle's environment puts it first on PATH)."""
-    w, b, stubs = tmp_path / "w", tmp_path / "b", tmp_path / "stubs"
-    (b / "site").mkdir(parents=True)   # an installed bundle
-    (b / "model.gguf").write_text("gguf")
-    stubs.mkdir()
-    (stubs / "python3").write_text(STUB_PYTHON)
-    (stubs / "python3").chmod(0o755)
-    (b / "env.sh").write_text(f'export PATH="{stubs}:$PATH" PYTHONPATH=""\n')
-    calls = tmp_path / "calls.txt"
-    env = {**os.environ, "W": str(w), "B": str(b), "CALLS": str(calls)}
+    w, calls, env = _stand_in_machine(tmp_path, STUB_PYTHON)
     try:
         done = subprocess.run(["bash", str(SCRIPT), "start", "one=configs/a.yaml",
                                "two=configs/b.yaml"], env=env, capture_output=True, text=True,
@@ -360,15 +369,8 @@ def test_start_begins_the_ray_heads_beside_the_export_and_each_train_after_it(tm
 
 def test_start_stops_when_the_export_fails(tmp_path):
     """A failed export ends ``start`` with one line naming its log, before any ``train``."""
-    w, b, stubs = tmp_path / "w", tmp_path / "b", tmp_path / "stubs"
-    (b / "site").mkdir(parents=True)
-    (b / "model.gguf").write_text("gguf")
-    stubs.mkdir()
-    (stubs / "python3").write_text(STUB_PYTHON.replace("for _ in", "exit 3; for _ in"))
-    (stubs / "python3").chmod(0o755)
-    (b / "env.sh").write_text(f'export PATH="{stubs}:$PATH" PYTHONPATH=""\n')
-    calls = tmp_path / "calls.txt"
-    env = {**os.environ, "W": str(w), "B": str(b), "CALLS": str(calls)}
+    w, calls, env = _stand_in_machine(tmp_path, STUB_PYTHON.replace("for _ in",
+                                                                    "exit 3; for _ in"))
     try:
         done = subprocess.run(["bash", str(SCRIPT), "start", "one=configs/a.yaml"], env=env,
                               capture_output=True, text=True, timeout=hang_bound(120))
@@ -385,18 +387,9 @@ def test_start_stops_when_the_export_fails(tmp_path):
 
 def test_notebooks_keep_their_runs_in_the_project_copy_for_collect(tmp_path):
     """``notebooks.sh start``: the notebooks' pytest sessions write their runs into the project
-    copy's ``runs/``, which ``collect`` packs (a test session left to itself would use a folder
-    of its own under /tmp, removed at its end)."""
-    w, b, stubs = tmp_path / "w", tmp_path / "b", tmp_path / "stubs"
-    (b / "site").mkdir(parents=True)
-    (b / "model.gguf").write_text("gguf")
-    stubs.mkdir()
-    (stubs / "python3").write_text(STUB_PYTHON)
-    (stubs / "python3").chmod(0o755)
-    (b / "env.sh").write_text(f'export PATH="{stubs}:$PATH" PYTHONPATH=""\n')
-    calls = tmp_path / "calls.txt"
-    env = {**os.environ, "W": str(w), "B": str(b), "OUT": str(tmp_path / "out"),
-           "CALLS": str(calls), "QW": str(tmp_path / "qwen")}
+    copy's ``runs/``, which ``collect`` packs (a test session left to itself would use a
+    temporary folder of its own, removed at its end)."""
+    w, calls, env = _stand_in_machine(tmp_path, STUB_PYTHON)
     env.pop("MATHAGENT_RUNS", None)   # as on the GPU machine
     try:
         done = subprocess.run(["bash", str(NOTEBOOKS_SCRIPT), "start"], env=env,
