@@ -39,15 +39,17 @@ from pathlib import Path
 import pandas as pd
 
 from mathagent import plots, results
+from mathagent.launch.commands import LAUNCH_MARK
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Trinity's log lines and `train`'s own start-up marks (mathagent.launch.commands.mark)
-STAMP = re.compile(r"(?:INFO|WARNING|ERROR|^launch) (\d\d-\d\d \d\d:\d\d:\d\d) ")
+STAMP = re.compile(rf"(?:INFO|WARNING|ERROR|^{LAUNCH_MARK}) (\d\d-\d\d \d\d:\d\d:\d\d) ")
+TRAIN_MARK = rf"^{LAUNCH_MARK} \S+ \S+ "
 # start-up milestones: (name, pattern of the first log line that marks it)
 MILESTONES = (
-    ("`train`: config loaded", r"^launch \S+ \S+ config loaded"),
-    ("`train`: preflight passed", r"^launch \S+ \S+ preflight passed"),
-    ("`train`: Ray joined, tune() called", r"^launch \S+ \S+ Ray joined"),
+    ("`train`: config loaded", TRAIN_MARK + "config loaded"),
+    ("`train`: preflight passed", TRAIN_MARK + "preflight passed"),
+    ("`train`: Ray joined, tune() called", TRAIN_MARK + "Ray joined"),
     ("Ray actors (explorer, trainer) made", r"Finished initializing Explorer"),
     ("trainer workers ready", r"\[trainer\.py:\d+\] workers initialized"),
     ("vLLM actor's first line", r"\(vLLMRolloutModel pid=\d+\)"),
