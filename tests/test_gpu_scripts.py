@@ -207,7 +207,8 @@ def test_every_gpu_script_parses():
 def test_the_run_steps_settings_load_through_trinity(tmp_path):
     """What ``trinity_h200.sh settings`` prints for each step (the extra ``train`` settings of
     the 135M experiment, the Qwen pilot's two runs and the Qwen pair) applies to its configs
-    through Trinity's loader, with the values the steps promise."""
+    through Trinity's loader, with the values the steps promise. The Qwen pair gets only its
+    seed (and the random run the start-up lever): its configs hold the experiment's settings."""
     from mathagent import launch
 
     done = subprocess.run(["bash", str(SCRIPT), "settings"], capture_output=True, text=True,
@@ -215,7 +216,7 @@ def test_the_run_steps_settings_load_through_trinity(tmp_path):
                           timeout=hang_bound(60))
     assert done.returncode == 0, done.stderr
     steps = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()}
-    assert set(steps) == {"experiment", "pilot_seq32_lr1e6", "pilot_async16_lr5e6", "qwen",
+    assert set(steps) == {"experiment", "pilot_seq32_lr1e6", "pilot_async16_lr5e6",
                           "random_qwen_seed0", "difficulty_qwen_seed0"}
     # the Qwen pair's runs: the seed's settings each, and the start-up lever the random run's only
     lever = "explorer.runner_prepare_concurrency=16"
@@ -224,7 +225,7 @@ def test_the_run_steps_settings_load_through_trinity(tmp_path):
     assert steps.pop("difficulty_qwen_seed0") == seed0
     for name, prepared in (("config_random_qwen.yaml", 16), ("config_difficulty_qwen.yaml", 8)):
         extra = [lever] if prepared == 16 else []
-        plan = launch.load_plan(paths.REPO_ROOT / "configs" / name, [*steps["qwen"], *extra],
+        plan = launch.load_plan(paths.REPO_ROOT / "configs" / name, extra,
                                 work_dir=tmp_path / "lever" / name)
         assert plan.config.explorer.runner_prepare_concurrency == prepared  # 8: Trinity's default
         assert plan.config.explorer.runner_per_model == 16  # one wave with the lever, two without
@@ -233,6 +234,7 @@ def test_the_run_steps_settings_load_through_trinity(tmp_path):
                "pilot_seq32_lr1e6": ["config_random_qwen.yaml"],
                "pilot_async16_lr5e6": ["config_random_qwen.yaml"],
                "qwen": ["config_random_qwen.yaml", "config_difficulty_qwen.yaml"]}
+    steps["qwen"] = []   # the configs as they are
     for step, names in configs.items():
         for name in names:
             plan = launch.load_plan(paths.REPO_ROOT / "configs" / name, [*steps[step], *seed],

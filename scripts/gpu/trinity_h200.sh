@@ -13,8 +13,8 @@
 #   bash scripts/gpu/trinity_h200.sh pilot           the Qwen policy's pilot pair (below), with
 #                                                    `start` on the joined Qwen model file
 #   bash scripts/gpu/trinity_h200.sh qwen SEED...    the Qwen policy's pair per SEED (random_qwen_seedN,
-#                                                    difficulty_qwen_seedN) with QWEN_ARGS, on the
-#                                                    joined Qwen model file
+#                                                    difficulty_qwen_seedN): the Qwen configs as
+#                                                    they are, on the joined Qwen model file
 #   bash scripts/gpu/trinity_h200.sh start RUN...    install the bundle; export the model while
 #                                                    each RUN's Ray head starts; then per RUN a
 #                                                    detached `train`
@@ -61,45 +61,18 @@ EXPERIMENT_ARGS="buffer.total_steps=40 tuner.algorithm.eval_interval_steps=10 ex
 PILOT_ARGS="buffer.total_steps=20 tuner.algorithm.eval_interval_steps=10 explorer.rollout_model.enforce_eager=false"
 PILOT_RUNS="pilot_seq32_lr1e6 pilot_async16_lr5e6"
 # (Both runs name their runners: the Qwen configs have since taken the asynchronous ones. They
-# have also since turned the agent's console output off in the runners.)
+# have also since turned the agent's console output off in the runners, and fixed the trainer's
+# micro-batches at 4 sequences where the pilot's trainer batched by tokens.)
 export ARGS_pilot_seq32_lr1e6="algorithm.optimizer.lr=1e-6 tuner.algorithm.learning_rate=1e-6 \
 explorer.concurrent_mode=sequential explorer.max_repeat_times_per_runner=1 explorer.runner_per_model=32"
 export ARGS_pilot_async16_lr5e6="algorithm.optimizer.lr=5e-6 tuner.algorithm.learning_rate=5e-6 \
 explorer.concurrent_mode=asynchronous explorer.max_repeat_times_per_runner=null explorer.runner_per_model=16"
 # The Qwen policy's pair (random and difficulty_based side by side, one seed), the same in
-# every stretch: 16 steps at the upstream batch (16 tasks x 8 rollouts), held-out evaluation at
-# steps 0, 8 and 16. Of a 30-minute stretch, parts, setup and start-up to the step-0
-# evaluation take about 9.3 minutes (results/trinity_h200_qwen_startup/README.md), leaving
-# about 20 for evaluations and steps; alone a step took 24-29 s and an evaluation 84 s
-# (results/trinity_h200_qwen_memory/), and two runs share the GPU's time, so 16 steps and three
-# evaluations each is a guess at what fits, to be measured. The pilot's policy made most of its
-# gain in the first 10 steps (0.155 -> 0.402 -> 0.433 at 20), where a selector's difference
-# would show.
-# The trainer's memory is cut so that two trainers share the GPU. Capping micro-batches by
-# tokens did not do it: verl's dynamic batching cuts a step into micro-batches of about
-# max_token_len_per_gpu *real* tokens, but without padding removal (sdpa; flash-attn has no
-# wheel) each micro-batch is padded to its longest sequence, so 13-16 sequences of up to about
-# 650 tokens became one tensor of up to about 10,000 positions, each with logits over a
-# 151,936-word vocabulary. At 4,096 a trainer's live tensors still peaked at 52 GiB, PyTorch's
-# cache held up to 124 GiB, and the other run's first update ran out of memory
-# (results/trinity_h200_qwen_memory/README.md). So dynamic batching is off and every
-# micro-batch is 4 sequences, at most 4 x 4,096 positions (max_model_len), for the actor's
-# update, the reference's log-probabilities and the old policy's (verl requires the last set
-# with dynamic batching off, though Trinity bypasses that pass by default). The entropy is
-# recomputed in the backward pass; its chunked form acts only where padding is removed (not with
-# sdpa), set for when it is (verl 0.8's FSDP engine reads both from the actor's fsdp_config, not
-# from the actor's own keys of the same names). With micro-batches of 2 a pair's trainers came
-# through their first update at 11.8 GiB of live tensors, but a step took about 60 s
-# (results/trinity_h200_qwen_cache/README.md): too slow for a pair to reach 16 steps in a
-# stretch; with 4 (32 a step) a pair step took 42-44 s and both runs went through step 8
-# without running out of memory, the GPU at 113 of 140 GiB after step 1's update
-# (results/trinity_h200_qwen_mb4/README.md).
-QWEN_ARGS=${QWEN_ARGS:-"buffer.total_steps=16 tuner.algorithm.eval_interval_steps=8 \
-trainer.use_dynamic_bsz=false trainer.trainer_config.actor.ppo_micro_batch_size_per_gpu=4 \
-trainer.trainer_config.ref.log_prob_micro_batch_size_per_gpu=4 \
-trainer.trainer_config.rollout.log_prob_micro_batch_size_per_gpu=4 \
-trainer.trainer_config.actor.fsdp_config.entropy_from_logits_with_chunking=true \
-trainer.trainer_config.actor.fsdp_config.entropy_checkpointing=true"}
+# every stretch: configs/config_{random,difficulty}_qwen.yaml as they are, only the seed set
+# here. The configs hold the experiment's settings and say why: 16 steps at the upstream batch
+# (16 tasks x 8 rollouts), held-out evaluation at steps 0, 8 and 16, and the trainer's fixed
+# micro-batches of 4 sequences that let two trainers share the GPU. The four stretches before
+# them set these same values here, as extra `train` settings.
 # A start-up lever tried side by side in a pair: the random run gets QWEN_LEVER, the
 # difficulty-based run keeps Trinity's default (QWEN_LEVER= gives both the same start). It
 # changes when the runners start, not what they run. Trinity prepares at most
@@ -175,13 +148,12 @@ pilot)
 settings)
   echo "experiment $EXPERIMENT_ARGS"
   for name in $PILOT_RUNS; do own="ARGS_$name"; echo "$name $PILOT_ARGS ${!own}"; done
-  echo "qwen $QWEN_ARGS"
   qwen_pair 0; for spec in "${specs[@]}"; do name=${spec%%=*}; own="ARGS_$name"; echo "$name ${!own}"; done
   ;;
 qwen)
   shift; mkdir -p "$W"; join_model "$W/qwen.gguf"
   qwen_pair "$@"
-  MODEL_FILE=$W/qwen.gguf MODEL_DIR=$W/qwen-model TRAIN_ARGS="$QWEN_ARGS ${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
+  MODEL_FILE=$W/qwen.gguf MODEL_DIR=$W/qwen-model TRAIN_ARGS="${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
   ;;
 start)
   shift
