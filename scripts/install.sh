@@ -102,8 +102,12 @@ PY
   done <<< "$sources"
   UV_INSTALL=("$UV" pip install -q --python .venv/bin/python
               --index-strategy unsafe-best-match ${SOURCES[@]+"${SOURCES[@]}"})
-  # pip writes each file's bytecode as it installs; uv compiles all of site-packages when
-  # asked, so it is asked once, with the largest step.
+  # pip writes each file's bytecode as it installs; uv only when asked, and then only that of
+  # the packages the step installs (uv 0.13.9), so every step asks. Without it torch and its
+  # dependencies kept no bytecode, and wherever Python writes none (PYTHONDONTWRITEBYTECODE)
+  # every process that imports torch compiled them again: 1,581 modules, 2.6 s of each test
+  # process, notebook kernel and Ray worker that imports the training stack on 2 cores
+  # (benchmarks/bench_bytecode.md). Compiling torch's step costs the install about 5 s.
   COMPILE=(--compile-bytecode)
 else
   COMPILE=()
@@ -129,9 +133,9 @@ install() {
   echo "[install]   $(( $(date +%s) - t0 )) s"
 }
 
-install --upgrade pip wheel setuptools
+install ${COMPILE[@]+"${COMPILE[@]}"} --upgrade pip wheel setuptools
 echo "[install] torch 2.13.0 (with $INSTALLER)"
-install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} torch==2.13.0
+install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} ${COMPILE[@]+"${COMPILE[@]}"} torch==2.13.0
 WHEELS=${MATHAGENT_WHEEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mathagent/wheels}
 LLAMA=$(grep -E '^llama[-_]cpp[-_]python==' requirements/cpu.lock)
 if ! compgen -G "$WHEELS/llama_cpp_python-${LLAMA#*==}-*.whl" > /dev/null; then

@@ -407,3 +407,36 @@ def test_notebooks_keep_their_runs_in_the_project_copy_for_collect(tmp_path):
         assert {runs for _, _, _, runs, _ in sessions} == {str(w / "proj" / "runs")}
     finally:
         _stop_monitor(w)
+
+
+def test_install_bundle_writes_the_bytecode_of_its_packages(tmp_path):
+    """The bundle's wheels travel without bytecode; ``install_bundle.sh`` compiles every module
+    once after unpacking, names how many files do not compile, and leaves them as they are."""
+    site = tmp_path / "build" / "site"
+    (site / "pkg").mkdir(parents=True)
+    (site / "pkg" / "good.py").write_text("x = 1\n")
+    (site / "pkg" / "bad.py").write_text("def (\n")          # e.g. a template
+    (site / "bin").mkdir()
+    (site / "bin" / "ray").write_text("#!/build/python3.12\nprint('ray')\n")
+    inner = tmp_path / "build" / "b"
+    inner.mkdir()
+    subprocess.run(f"tar -cf - site | xz -1 > {inner}/site.tar.xz", shell=True, check=True,
+                   cwd=tmp_path / "build")
+    (inner / "PINS.txt").write_text("pkg==1\n")
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    subprocess.run(["tar", "-cf", str(parts / "part00"), "."], check=True, cwd=inner)
+    sums = subprocess.run(["sha256sum", "part00"], cwd=parts, capture_output=True, text=True,
+                          check=True).stdout
+    (parts / "SHA256SUMS").write_text(sums)
+    dest = tmp_path / "dest"
+    done = subprocess.run(["bash", str(SCRIPT.parent / "install_bundle.sh"), str(parts),
+                           str(dest)], capture_output=True, text=True, timeout=hang_bound(60))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [p.name for p in (dest / "site" / "pkg" / "__pycache__").iterdir()][0].startswith(
+        "good.")                                               # one file, good.py's
+    assert len(list((dest / "site" / "pkg" / "__pycache__").iterdir())) == 1
+    assert (f"install_bundle.sh: 1 files of site/ do not compile (left as they are; "
+            f"{dest}/compileall.log)") in done.stdout
+    assert (dest / "site" / "pkg" / "bad.py").read_text() == "def (\n"
+    assert (dest / "site" / "bin" / "ray").read_text().startswith("#!/usr/bin/env python3\n")

@@ -56,6 +56,9 @@ setup_begin() {
   SETUP_T0=$(date +%s); EXPORT_PID=
   [ -d "$B/site" ] || bash scripts/gpu/install_bundle.sh "$B" "$B"
   source "$B/env.sh"
+  # whether this machine's processes write the bytecode of what they import (the bundle's is
+  # written at install; the project's own modules are compiled by each process if not)
+  log "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-(unset)}"
   rm -rf "$W/proj"; mkdir -p "$W/proj"
   tar --exclude=./.gpubundle --exclude=./.qwenparts --exclude=./.git --exclude=./.venv \
     --exclude=./runs --exclude=./.gpucache -cf - . | tar -xf - -C "$W/proj"

@@ -19,6 +19,14 @@ cat part?? | tar -xf - -C "$DEST"
 rm -f part??
 cd "$DEST"
 xz -T0 -dc site.tar.xz | tar -xf - && rm site.tar.xz
+# The wheels were installed without bytecode (a smaller bundle). Written here once, on every
+# core: a process that finds none compiles each module it imports, and where Python writes none
+# (PYTHONDONTWRITEBYTECODE) every process does, every time: about 2 ms a module on a
+# workstation core, thousands of modules for each Ray worker that imports Trinity and vLLM.
+# A file that does not compile (a template, an old test) is left as it is: importing it would
+# fail the same way.
+python3 -m compileall -q -j 0 site > compileall.log 2>&1 \
+  || echo "install_bundle.sh: $(grep -c '^\*\*\*' compileall.log) files of site/ do not compile (left as they are; $DEST/compileall.log)"
 # console scripts (ray, vllm, trinity) were written for the build machine's interpreter
 for f in site/bin/*; do
   head -c2 "$f" | grep -q '#!' && sed -i '1s|^#!.*python.*$|#!/usr/bin/env python3|' "$f"
