@@ -335,6 +335,9 @@ def test_a_run_stopped_before_its_first_step_keeps_its_start_up_split(tmp_path, 
         _log_line(at(243), "init engine (profile, create kv cache, warmup model) took 39.83 s",
                   "(vLLMRolloutModel pid=3) (EngineCore pid=4)"),
         _log_line(at(249), "All models are ready."),
+        _log_line(at(291), "WorkflowRunner [explorer_runner_3](asynchronous) initialized:",
+                  "(WorkflowRunner pid=7)"),
+        "\x1b[36m(WorkflowRunner pid=7)\x1b[0m   > rollout model: /m",
         _log_line(at(300), "WorkflowRunner [explorer_runner_0] is prepared and ready",
                   "(WorkflowRunner pid=6)"),
         _log_line(at(330), "Rollout coordinator is ready."),
@@ -367,6 +370,8 @@ def test_a_run_stopped_before_its_first_step_keeps_its_start_up_split(tmp_path, 
     assert startup["vLLM engine core starts"] == 3.0
     assert startup["vLLM worker loads the model"] == 3.45
     assert startup["all rollout models ready"] == 4.15
+    assert startup["first workflow runner made"] == 4.85
+    assert startup["first workflow runner ready"] == 5.0
     assert startup["all workflow runners ready"] == 5.5
     assert np.isnan(startup["step 1 starts"])
     excerpt = (out / "random_seed0" / "train_log_excerpt.txt").read_text()

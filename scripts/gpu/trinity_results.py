@@ -57,6 +57,9 @@ MILESTONES = (
     ("vLLM worker loads the model", r"Starting to load model"),
     ("vLLM engine ready", r"init engine \(profile, create kv cache, warmup model\) took"),
     ("all rollout models ready", r"All models are ready"),
+    # made: its Ray worker started, imported Trinity's explorer and built its model wrapper;
+    # ready: its prepare() found the model's server answering
+    ("first workflow runner made", r"WorkflowRunner \[.*\]\([\w-]+\) initialized"),
     ("first workflow runner ready", r"WorkflowRunner .* is prepared and ready"),
     ("all workflow runners ready", r"Rollout coordinator is ready"),
     ("step-0 evaluation starts", r"Evaluation at step 0 started"),
