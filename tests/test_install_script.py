@@ -50,7 +50,7 @@ def test_the_installed_packages_load_from_their_bytecode():
     """Every module the training stack imports from the environment has its bytecode there:
     the install compiles each step's packages (uv only compiles those of the step that asks).
     Where Python writes no bytecode (PYTHONDONTWRITEBYTECODE), a module without it is compiled
-    again by every process that imports it: 2.6 s a process for torch's alone."""
+    again by every process that imports it: 3.1 s a process for torch's alone."""
     import importlib.util
     import sys
     import sysconfig
@@ -74,3 +74,32 @@ def test_the_installed_packages_load_from_their_bytecode():
         f"{sum(missing.values())} modules in {site} have no bytecode "
         f"({', '.join(f'{name}: {n}' for name, n in missing.most_common(5))}); a new "
         f"`bash scripts/install.sh` compiles them, or: {sys.executable} -m compileall -q {site}")
+
+
+def test_the_packages_the_install_removes_are_gone_and_ray_builds_no_iri_parser():
+    """``requirements/excluded.txt`` names what the install removes after the lock (and the GPU
+    bundle leaves out): none of it is in the environment, so a process that imports Ray (which
+    imports jsonschema) builds no IRI parser, and jsonschema still checks the formats it has
+    checkers for."""
+    import importlib.metadata
+    import sys
+
+    from packaging.utils import canonicalize_name
+
+    excluded = [ln.strip() for ln in (ROOT / "requirements" / "excluded.txt").read_text()
+                .splitlines() if ln.strip() and not ln.startswith("#")]
+    assert excluded == ["rfc3987-syntax"]
+    for name in excluded:
+        with pytest.raises(importlib.metadata.PackageNotFoundError):
+            importlib.metadata.version(name)
+    dropped = (ROOT / "scripts" / "gpu" / "bundle-drop.txt").read_text().splitlines()
+    assert {canonicalize_name(n) for n in excluded} <= {canonicalize_name(n) for n in dropped}
+    probe = ("import sys, ray, jsonschema\n"
+             "checker = jsonschema.Draft7Validator.FORMAT_CHECKER\n"
+             "print('rfc3987_syntax' in sys.modules, 'iri' in checker.checkers,\n"
+             "      jsonschema.Draft7Validator({'format': 'ipv4'}, format_checker=checker)"
+             ".is_valid('1.2.3.999'))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False", "False"]
