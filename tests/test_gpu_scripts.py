@@ -418,6 +418,7 @@ def test_install_bundle_writes_the_bytecode_of_its_packages(tmp_path):
     (site / "pkg" / "bad.py").write_text("def (\n")          # e.g. a template
     (site / "bin").mkdir()
     (site / "bin" / "ray").write_text("#!/build/python3.12\nprint('ray')\n")
+    (site / "bin" / "jp.py").write_text("#!/build/python3.12\nprint('jp')\n")  # compiled too
     inner = tmp_path / "build" / "b"
     inner.mkdir()
     subprocess.run(f"tar -cf - site | xz -1 > {inner}/site.tar.xz", shell=True, check=True,
@@ -440,3 +441,5 @@ def test_install_bundle_writes_the_bytecode_of_its_packages(tmp_path):
             f"{dest}/compileall.log)") in done.stdout
     assert (dest / "site" / "pkg" / "bad.py").read_text() == "def (\n"
     assert (dest / "site" / "bin" / "ray").read_text().startswith("#!/usr/bin/env python3\n")
+    assert (dest / "site" / "bin" / "__pycache__").is_dir()
+    assert done.stderr == ""   # the scripts' shebangs rewritten, the bytecode folder left alone

@@ -29,6 +29,7 @@ python3 -m compileall -q -j 0 site > compileall.log 2>&1 \
   || echo "install_bundle.sh: $(grep -c '^\*\*\*' compileall.log) files of site/ do not compile (left as they are; $DEST/compileall.log)"
 # console scripts (ray, vllm, trinity) were written for the build machine's interpreter
 for f in site/bin/*; do
+  [ -f "$f" ] || continue   # (compileall's __pycache__ for the few scripts named *.py)
   head -c2 "$f" | grep -q '#!' && sed -i '1s|^#!.*python.*$|#!/usr/bin/env python3|' "$f"
 done
 # flashinfer is not in the bundle (bundle-drop.txt): vLLM samples with its own torch code
