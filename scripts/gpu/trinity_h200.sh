@@ -13,8 +13,9 @@
 #   bash scripts/gpu/trinity_h200.sh pilot           the Qwen policy's pilot pair (below), with
 #                                                    `start` on the joined Qwen model file
 #   bash scripts/gpu/trinity_h200.sh qwen SEED...    the Qwen policy's pair per SEED (random_qwen_seedN,
-#                                                    difficulty_qwen_seedN): the Qwen configs as
-#                                                    they are, on the joined Qwen model file
+#                                                    difficulty_qwen_seedN): the Qwen configs with
+#                                                    the seed (the random run also QWEN_LEVER),
+#                                                    on the joined Qwen model file
 #   bash scripts/gpu/trinity_h200.sh start RUN...    install the bundle; export the model while
 #                                                    each RUN's Ray head starts; then per RUN a
 #                                                    detached `train`
@@ -68,11 +69,12 @@ explorer.concurrent_mode=sequential explorer.max_repeat_times_per_runner=1 explo
 export ARGS_pilot_async16_lr5e6="algorithm.optimizer.lr=5e-6 tuner.algorithm.learning_rate=5e-6 \
 explorer.concurrent_mode=asynchronous explorer.max_repeat_times_per_runner=null explorer.runner_per_model=16"
 # The Qwen policy's pair (random and difficulty_based side by side, one seed), the same in
-# every stretch: configs/config_{random,difficulty}_qwen.yaml as they are, only the seed set
-# here. The configs hold the experiment's settings and say why: 16 steps at the upstream batch
-# (16 tasks x 8 rollouts), held-out evaluation at steps 0, 8 and 16, and the trainer's fixed
-# micro-batches of 4 sequences that let two trainers share the GPU. The four stretches before
-# them set these same values here, as extra `train` settings.
+# every stretch: configs/config_{random,difficulty}_qwen.yaml with the seed set here (and the
+# random run's start-up lever, QWEN_LEVER below). The configs hold the experiment's settings
+# and say why: 16 steps at the upstream batch (16 tasks x 8 rollouts), held-out evaluation at
+# steps 0, 8 and 16, and the trainer's fixed micro-batches of 4 sequences that let two
+# trainers share the GPU. The four stretches before them set these same values here, as extra
+# `train` settings.
 # A start-up lever tried side by side in a pair: the random run gets QWEN_LEVER, the
 # difficulty-based run keeps Trinity's default (QWEN_LEVER= gives both the same start). It
 # changes when the runners start, not what they run. Trinity prepares at most
