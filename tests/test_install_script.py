@@ -1,16 +1,24 @@
 """scripts/install.sh: its options, and the pinned, hash-checked uv it installs with.
 
-The install itself takes minutes (benchmarks/bench_install.py measures it); these tests only
-run the script's checks, which answer before anything is created.
+The install itself takes minutes (benchmarks/bench_install.py measures it); these tests run
+the script's checks, which answer before anything is created, and look at the environment the
+install made (the one the tests run in): bytecode written, excluded packages gone.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import os
 import subprocess
+import sys
+import sysconfig
+from collections import Counter
+from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from mathagent import paths
 
@@ -45,18 +53,11 @@ def test_uv_is_pinned_and_every_wheel_hash_checked():
     assert all(len(h.split(":")[1].rstrip("\\ ")) == 64 for h in hashes)
 
 
-
 def test_the_installed_packages_load_from_their_bytecode():
     """Every module the training stack imports from the environment has its bytecode there:
     the install compiles each step's packages (uv only compiles those of the step that asks).
     Where Python writes no bytecode (PYTHONDONTWRITEBYTECODE), a module without it is compiled
     again by every process that imports it: 3.1 s a process for torch's alone."""
-    import importlib.util
-    import sys
-    import sysconfig
-    from collections import Counter
-    from pathlib import Path
-
     import agentscope  # noqa: F401
     import torch  # noqa: F401
     import transformers  # noqa: F401
@@ -81,11 +82,6 @@ def test_the_packages_the_install_removes_are_gone_and_ray_builds_no_iri_parser(
     bundle leaves out): none of it is in the environment, so a process that imports Ray (which
     imports jsonschema) builds no IRI parser, and jsonschema still checks the formats it has
     checkers for."""
-    import importlib.metadata
-    import sys
-
-    from packaging.utils import canonicalize_name
-
     excluded = [ln.strip() for ln in (ROOT / "requirements" / "excluded.txt").read_text()
                 .splitlines() if ln.strip() and not ln.startswith("#")]
     assert excluded == ["rfc3987-syntax"]
