@@ -204,6 +204,32 @@ def test_every_gpu_script_parses():
         assert done.returncode == 0, f"{script.name}: {done.stderr}"
 
 
+def test_qwen_only_keeps_the_named_runs_and_refuses_a_name_of_no_pair(tmp_path):
+    """``QWEN_ONLY`` starts one run of a pair alone (a stretch too short for two): the runs
+    ``qwen`` would start are the ones ``settings`` prints, so it shows which stay; a name that
+    is no run of the pairs is one line and exit status 2, before anything is joined or started."""
+    env = {**os.environ, "W": str(tmp_path / "w"), "B": str(tmp_path / "b"),
+           "Q": str(tmp_path / "q")}
+
+    def qwen_runs(only, *step):
+        done = subprocess.run(["bash", str(SCRIPT), *step], capture_output=True, text=True,
+                              env={**env, "QWEN_ONLY": only}, timeout=hang_bound(60))
+        return done, [line.split()[0] for line in done.stdout.splitlines()
+                      if "_qwen_seed" in line.split()[0]]
+
+    done, runs = qwen_runs("difficulty_qwen_seed0", "settings")
+    assert done.returncode == 0, done.stderr
+    assert runs == ["difficulty_qwen_seed0"]
+    done, runs = qwen_runs("", "settings")
+    assert runs == ["random_qwen_seed0", "difficulty_qwen_seed0"]
+    done, _ = qwen_runs("difficulty_qwen_seed1", "qwen", "0")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "QWEN_ONLY: difficulty_qwen_seed1 is not a run of qwen 0 "
+        "(random_qwen_seed0 difficulty_qwen_seed0)"]
+    assert not (tmp_path / "w").exists()
+
+
 def test_the_run_steps_settings_load_through_trinity(tmp_path):
     """What ``trinity_h200.sh settings`` prints for each step (the extra ``train`` settings of
     the 135M experiment, the Qwen pilot's two runs and the Qwen pair) applies to its configs

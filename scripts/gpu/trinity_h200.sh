@@ -15,7 +15,9 @@
 #   bash scripts/gpu/trinity_h200.sh qwen SEED...    the Qwen policy's pair per SEED (random_qwen_seedN,
 #                                                    difficulty_qwen_seedN): the Qwen configs with
 #                                                    the seed (the random run also QWEN_LEVER),
-#                                                    on the joined Qwen model file
+#                                                    on the joined Qwen model file; QWEN_ONLY=NAME
+#                                                    starts only the named runs (a stretch too
+#                                                    short for a pair)
 #   bash scripts/gpu/trinity_h200.sh start RUN...    install the bundle; export the model while
 #                                                    each RUN's Ray head starts; then per RUN a
 #                                                    detached `train`
@@ -118,11 +120,19 @@ run_env() {
   fi
 }
 
-# qwen_pair SEED...: `pairs` for the Qwen experiment, the random runs with QWEN_LEVER
+# qwen_pair SEED...: `pairs` for the Qwen experiment, the random runs with QWEN_LEVER; with
+# QWEN_ONLY (run names), only those runs (each must be one of the pairs')
 qwen_pair() {
-  local seed own
+  local seed own name spec found keep=()
   pairs _qwen qwen "$@"
   for seed in "$@"; do own="ARGS_random_qwen_seed$seed"; export "$own=${!own} $QWEN_LEVER"; done
+  [ -n "${QWEN_ONLY:-}" ] || return 0
+  for name in $QWEN_ONLY; do
+    found=""
+    for spec in "${specs[@]}"; do [ "${spec%%=*}" = "$name" ] && keep+=("$spec") && found=1; done
+    [ -n "$found" ] || { echo "QWEN_ONLY: $name is not a run of qwen $* (${specs[*]%%=*})" >&2; exit 2; }
+  done
+  specs=("${keep[@]}")
 }
 
 case "${1:?usage: trinity_h200.sh part|qpart|pilot|qwen|start|experiment|local|settings|wait|collect ...}" in
@@ -153,8 +163,9 @@ settings)
   qwen_pair 0; for spec in "${specs[@]}"; do name=${spec%%=*}; own="ARGS_$name"; echo "$name ${!own}"; done
   ;;
 qwen)
-  shift; mkdir -p "$W"; join_model "$W/qwen.gguf"
+  shift
   qwen_pair "$@"
+  mkdir -p "$W"; join_model "$W/qwen.gguf"
   MODEL_FILE=$W/qwen.gguf MODEL_DIR=$W/qwen-model TRAIN_ARGS="${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
   ;;
 start)
