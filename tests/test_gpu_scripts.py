@@ -230,6 +230,27 @@ def test_qwen_only_keeps_the_named_runs_and_refuses_a_name_of_no_pair(tmp_path):
     assert not (tmp_path / "w").exists()
 
 
+def test_qwen_refuses_a_pair_on_a_gpu_too_small_for_two(tmp_path):
+    """A pair held about 113 GiB of GPU memory: on a GPU of an H100's size ``qwen`` starts no
+    pair (one line, exit status 2, nothing joined or started) and names the runs that
+    ``QWEN_ONLY`` can pick. ``nvidia-smi`` is a stand-in here: this machine has no GPU."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 81559\n")
+    smi.chmod(0o755)
+    env = {**os.environ, "W": str(tmp_path / "w"), "B": str(tmp_path / "b"),
+           "Q": str(tmp_path / "q"), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env.pop("QWEN_ONLY", None)
+    done = subprocess.run(["bash", str(SCRIPT), "qwen", "0"], capture_output=True, text=True,
+                          env=env, timeout=hang_bound(60))
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "qwen: a pair needs about 113 GiB of GPU memory and this GPU has 81559 MiB; set "
+        "QWEN_ONLY to one of random_qwen_seed0 difficulty_qwen_seed0"]
+    assert not (tmp_path / "w").exists()
+
+
 def test_the_run_steps_settings_load_through_trinity(tmp_path):
     """What ``trinity_h200.sh settings`` prints for each step (the extra ``train`` settings of
     the 135M experiment, the Qwen pilot's two runs and the Qwen pair) applies to its configs

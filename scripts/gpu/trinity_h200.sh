@@ -165,6 +165,13 @@ settings)
 qwen)
   shift
   qwen_pair "$@"
+  # a pair held 113,152 MiB at the end of its first update (results/trinity_h200_qwen_mb4/):
+  # on a smaller GPU (an H100's ~80 GiB) only one run at a time
+  gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 || true)
+  if [ "${#specs[@]}" -gt 1 ] && [[ "$gpu_mib" =~ ^[0-9]+$ ]] && [ "$gpu_mib" -lt "${QWEN_PAIR_MIB:-120000}" ]; then
+    echo "qwen: a pair needs about 113 GiB of GPU memory and this GPU has $gpu_mib MiB; set QWEN_ONLY to one of ${specs[*]%%=*}" >&2
+    exit 2
+  fi
   mkdir -p "$W"; join_model "$W/qwen.gguf"
   MODEL_FILE=$W/qwen.gguf MODEL_DIR=$W/qwen-model TRAIN_ARGS="${TRAIN_ARGS:-}" bash "$0" start "${specs[@]}"
   ;;
