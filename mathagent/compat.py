@@ -28,6 +28,16 @@ The fixes:
   no wheel. The fix falls back to verl's own pure-torch copies of the same four functions
   (``verl.utils.npu_flash_attn_utils``) when flash-attn is not importable; where it is, verl's
   code runs unchanged.
+* ``trinity-early-explorer`` (a start-up lever, not a fix: only with
+  ``MATHAGENT_EARLY_EXPLORER=1``): Trinity-RFT 0.6.0's launcher for modes ``both`` and
+  ``colocate`` waits until the explorer's and the trainer's actors are both made before it
+  asks the explorer to ``prepare()`` (start vLLM, its workflow runners and the step-0
+  evaluation), though in these modes ``prepare()`` needs nothing of the trainer; the trainer's
+  constructor builds its FSDP workers first (about 0.9 minutes for the Qwen policy). With the
+  lever, ``prepare()`` is submitted the moment the explorer's actor is asked for, so Ray runs
+  it as soon as that actor is made, beside the trainer's constructor; the launcher's later
+  ``prepare()`` call gets that same result. Everything else the launcher does is unchanged.
+  Not a fix of upstream behaviour, so it stays off unless asked for.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ import importlib
 import importlib.abc
 import importlib.metadata
 import importlib.util
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -176,6 +187,83 @@ def _apply_verl_bert_padding() -> bool:
     return _replace(attention_utils, "_get_attention_functions", _get_attention_functions)
 
 
+# --------------------------------------------------------------------------------------
+# trinity-rft 0.6.0: the explorer's prepare() waits for the trainer's actor (start-up lever)
+# --------------------------------------------------------------------------------------
+
+#: Set to 1 to apply ``trinity-early-explorer`` in ``train``.
+EARLY_EXPLORER_ENV = "MATHAGENT_EARLY_EXPLORER"
+
+
+def _early_explorer_unwanted() -> str | None:
+    if os.environ.get(EARLY_EXPLORER_ENV) != "1":
+        return f"a start-up lever, applied only with {EARLY_EXPLORER_ENV}=1"
+    return None
+
+
+class _Submitted:
+    """Stands for an actor method whose call was already submitted: ``remote()`` returns it."""
+
+    def __init__(self, ref) -> None:
+        self._ref = ref
+
+    def remote(self):
+        return self._ref
+
+
+class _PreparedEarly:
+    """An explorer actor handle whose ``prepare()`` was submitted when the handle was made.
+
+    Ray runs an actor's calls once its constructor has returned, so ``prepare()`` starts as
+    soon as the explorer exists, whatever the caller waits for in between. ``prepare.remote()``
+    returns that first call's result; every other attribute is the handle's own.
+    """
+
+    def __init__(self, handle) -> None:
+        self._handle = handle
+        self._prepared = handle.prepare.remote()
+
+    def __getattr__(self, name: str):
+        if name == "prepare":
+            return _Submitted(self._prepared)
+        return getattr(self._handle, name)
+
+
+def _apply_trinity_early_explorer() -> bool:
+    from trinity.cli import launcher
+
+    original = launcher.both
+
+    def both(config):
+        # the explorer class both() imports, looked up now (so also a stand-in put there)
+        from trinity.explorer import explorer as explorer_module
+
+        cls = explorer_module.Explorer
+        own = cls.__dict__.get("get_actor")
+        make = cls.get_actor  # bound to the class
+
+        def get_actor(klass, actor_config):
+            return _PreparedEarly(make(actor_config))
+
+        cls.get_actor = classmethod(get_actor)
+        try:
+            return original(config)
+        finally:
+            if own is None:
+                del cls.get_actor
+            else:
+                cls.get_actor = own
+
+    both.__doc__ = original.__doc__
+    if not _replace(launcher, "both", both):
+        return False
+    # run_stage() finds the stage function in MODE_MAP, which holds the original
+    for mode, stage in list(launcher.MODE_MAP.items()):
+        if stage is original:
+            launcher.MODE_MAP[mode] = launcher.both
+    return True
+
+
 FIXES: tuple[Fix, ...] = (
     Fix(name="trinity-colocate", package="trinity-rft", versions=("0.6.0",),
         upstream="agentscope-ai/Trinity-RFT#602",
@@ -187,6 +275,12 @@ FIXES: tuple[Fix, ...] = (
         summary="fall back to verl.utils.npu_flash_attn_utils when flash-attn is missing",
         module="verl.utils.attention_utils", apply=_apply_verl_bert_padding,
         condition=_flash_attn_missing),
+    Fix(name="trinity-early-explorer", package="trinity-rft", versions=("0.6.0",),
+        upstream="Trinity-RFT 0.6.0 cli/launcher.py both(): the explorer's prepare() waits "
+                 "for the trainer's actor",
+        summary="start-up lever: the explorer's prepare() starts as soon as its actor is made",
+        module="trinity.cli.launcher", apply=_apply_trinity_early_explorer,
+        condition=_early_explorer_unwanted),
 )
 
 

@@ -436,6 +436,139 @@ def test_colocate_deadlocks_without_fix_and_starts_without_gpu_with_it(ray_head)
 
 
 # --------------------------------------------------------------------------------------
+# trinity-early-explorer (a start-up lever)
+# --------------------------------------------------------------------------------------
+
+
+def test_early_explorer_is_off_unless_asked_for(monkeypatch):
+    monkeypatch.delenv(compat.EARLY_EXPLORER_ENV, raising=False)
+    lever = fix_named("trinity-early-explorer")
+    result = compat._gate(lever, {"trinity-rft": "0.6.0"})
+    assert result.status == "skipped"
+    assert result.reason == "a start-up lever, applied only with MATHAGENT_EARLY_EXPLORER=1"
+    monkeypatch.setenv(compat.EARLY_EXPLORER_ENV, "1")
+    assert compat._gate(lever, {"trinity-rft": "0.6.0"}) is None
+    assert compat._gate(lever, {"trinity-rft": "0.6.1"}).status == "skipped"
+
+
+def test_early_explorer_prepares_while_the_trainer_is_still_being_made(ray_head, tmp_path):
+    """Trinity's own launcher (``both``, which ``colocate`` runs) on a real Ray head, with
+    stand-ins for its explorer and trainer (vLLM and verl's FSDP workers cannot run here),
+    defined in ``__main__`` so that Ray pickles them by value. The trainer's constructor waits
+    for the explorer's ``prepare()`` to leave a mark: without the lever it gives up after 3 s
+    (the launcher asks for ``prepare()`` only once both actors are made), with it the mark
+    comes while the constructor waits. Either way ``prepare()`` runs once and the run ends."""
+    out, _ = run_python(VLLM_STAND_IN, f"""
+        import os, time, types
+        from pathlib import Path
+        import ray
+        import trinity.explorer.explorer as explorer_module
+        import trinity.trainer.trainer as trainer_module
+        from trinity.cli import launcher
+        from mathagent import compat
+
+        MARKS = Path({str(tmp_path)!r})
+
+        class ExplorerActor:
+            def __init__(self, config):
+                self.mark = MARKS / config.explorer.name
+                self.prepared = 0
+
+            async def prepare(self):
+                self.prepared += 1
+                self.mark.write_text("prepared")
+
+            async def sync_weight(self):
+                return None
+
+            async def explore(self):
+                return "explorer"
+
+            async def shutdown(self):
+                return None
+
+            def report(self):
+                return self.prepared
+
+        class TrainerActor:
+            def __init__(self, config, wait_s):
+                mark = MARKS / config.explorer.name
+                deadline = time.monotonic() + wait_s
+                while not mark.exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                self.saw_prepare = mark.exists()
+
+            def prepare(self):
+                return None
+
+            def sync_weight(self):
+                return None
+
+            def train(self):
+                return "trainer"
+
+            def shutdown(self):
+                return None
+
+            def report(self):
+                return self.saw_prepare
+
+        made = {{}}
+
+        class Explorer:
+            @classmethod
+            def get_actor(cls, config):
+                made["explorer"] = ray.remote(ExplorerActor).options(
+                    name=config.explorer.name, num_cpus=0).remote(config)
+                return made["explorer"]
+
+        class Trainer:
+            wait_s = 3.0
+
+            @classmethod
+            def get_actor(cls, config):
+                made["trainer"] = ray.remote(TrainerActor).options(num_cpus=0).remote(
+                    config, cls.wait_s)
+                return made["trainer"]
+
+        explorer_module.Explorer = Explorer
+        trainer_module.Trainer = Trainer
+        own_get_actor = Explorer.__dict__["get_actor"]
+
+        def config(name):
+            return types.SimpleNamespace(
+                explorer=types.SimpleNamespace(name=name),
+                trainer=types.SimpleNamespace(name="trainer"),
+                synchronizer=types.SimpleNamespace(sync_method="memory", sync_timeout=5),
+                ray_namespace="mathagent-early-explorer")
+
+        def run(name):
+            status = launcher.MODE_MAP["colocate"](config(name))
+            return {{"success": status.success,
+                     "trainer_saw_prepare": ray.get(made["trainer"].report.remote()),
+                     "prepare_calls": ray.get(made["explorer"].report.remote())}}
+
+        ray.init(address={ray_head.address!r}, namespace="mathagent-early-explorer",
+                 logging_level="ERROR")
+        try:
+            out = {{"without": run("explorer_without")}}
+            os.environ[compat.EARLY_EXPLORER_ENV] = "1"
+            out["status"] = {{r.name: r.status for r in compat.apply_all()}}
+            Trainer.wait_s = {hang_bound(60)}   # a bound: it ends once the mark is there
+            out["with"] = run("explorer_with")
+            out["both_is_patched"] = launcher.MODE_MAP["both"] is launcher.both
+            out["get_actor_restored"] = Explorer.__dict__["get_actor"] is own_get_actor
+            emit(out)
+        finally:
+            ray.shutdown()
+    """, timeout=600)
+    assert out["without"] == {"success": True, "trainer_saw_prepare": False, "prepare_calls": 1}
+    assert out["status"]["trinity-early-explorer"] == "applied"
+    assert out["with"] == {"success": True, "trainer_saw_prepare": True, "prepare_calls": 1}
+    assert out["both_is_patched"] and out["get_actor_restored"]
+
+
+# --------------------------------------------------------------------------------------
 # the Ray worker hook
 # --------------------------------------------------------------------------------------
 
