@@ -783,3 +783,55 @@ def test_the_qwen_mb4_readme_states_what_its_logs_and_tables_hold():
     assert f"the GPU held {max(used):,} MiB of 143,771" in flat
     took = [re.search(r"setup took (\d+) s", log).group(1) for log in (log2, log1)]
     assert f"set-up took {took[0]} s ({took[1]} on the first machine)" in flat
+
+
+QWEN_LONE = paths.RESULTS_DIR / "trinity_h100_qwen_lone"
+
+
+def test_the_qwen_lone_run_readme_states_what_its_tables_and_log_hold():
+    """The lone run on an H100 with the early-explorer lever: its start-up minutes against the
+    fourth stretch's, the order of vLLM's start and the trainer's, the step-0 accuracy, the
+    step split, the memory peaks and the step rewards are what its tables, event files, log
+    and GPU lines hold."""
+    readme = (QWEN_LONE / "README.md").read_text()
+    flat = " ".join(readme.split())
+    run = QWEN_LONE / "difficulty_seed0"
+    assert "**This run is not part of the experiment.**" in readme
+    assert "trinity-early-explorer: applied" in (run / "train_log_excerpt.txt").read_text()
+    lone = pd.read_csv(QWEN_LONE / "startup.csv", index_col=0)["difficulty_seed0"]
+    mb4 = pd.read_csv(QWEN_MB4 / "startup.csv", index_col=0)
+    rows = _table_rows(readme, 3)
+    for milestone, (here, there) in rows.items():
+        if milestone in lone.index:
+            assert here == ("" if pd.isna(lone[milestone]) else f"{lone[milestone]:.2f}")
+            assert there == ("" if pd.isna(mb4.loc[milestone, "difficulty_seed0"])
+                             else f"{mb4.loc[milestone, 'difficulty_seed0']:.2f}")
+    assert len([m for m in rows if m in lone.index]) == 7
+    ahead = lone["trainer workers ready"] - lone["vLLM actor's first line"]
+    assert ahead > 0 and f"{ahead:.2f} minutes **before**" in flat
+    behind = mb4.loc["vLLM actor's first line"] - mb4.loc["trainer workers ready"]
+    assert f"{behind.min():.2f}-{behind.max():.2f} minutes after them" in flat
+    sooner = (mb4.loc["step-0 evaluation starts", "difficulty_seed0"]
+              - lone["step-0 evaluation starts"])
+    assert f"the {sooner:.2f} minutes by which the step-0 evaluation came sooner" in flat
+    # the step-0 evaluation: the log's times and the held-out accuracy
+    log = (QWEN_LONE / "follow.log").read_text()
+    assert "[13:30:25] difficulty_qwen_seed0: Evaluation on eval-arithmetic-qwen at step 0" in log
+    acc = results.read_run(run).dropna(subset=["eval_accuracy"])
+    assert acc["step"].tolist() == [0]
+    assert f"held-out accuracy was {acc['eval_accuracy'].iloc[0]:.3f}" in flat
+    phases = pd.read_csv(QWEN_LONE / "phase_times.csv", index_col=0)["difficulty_seed0"]
+    assert f"**{phases['whole step (log: one explore start to the next)']:.1f} s**" in flat
+    assert (f"training {phases['training step']:.1f} s, weight sync "
+            f"{phases['weight sync']:.1f} s, rollout phase {phases['rollout phase']:.1f} s") in flat
+    memory = pd.read_csv(QWEN_LONE / "gpu_memory.csv", index_col=0)["difficulty_seed0"]
+    assert f"**{memory['run, all processes (sum at one time)']:.1f} GiB**" in flat
+    assert (f"the trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
+            f"{memory['vLLM engine worker']:.1f}") in flat
+    gpu = pd.read_csv(QWEN_LONE / "gpu.csv", header=None)
+    peak = gpu[1].str.replace(" MiB", "").astype(int).max()
+    assert f"at most {peak:,} MiB of 81,559" in flat
+    steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
+    assert f"step 1's 128 agent runs was {steps.loc[1, 'mean_reward']:.3f}" in flat
+    assert f"step 2's {steps.loc[2, 'mean_reward']:.3f}" in flat
+    assert (steps["tool_call_rate"] == 0).all()
