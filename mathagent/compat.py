@@ -1,4 +1,5 @@
-"""Fixes for released upstream versions that stop a one-GPU Trinity-RFT run, applied at launch.
+"""Fixes for released upstream versions that stop a one-GPU Trinity-RFT run, and one opt-in
+start-up lever (``trinity-early-explorer``), applied at launch.
 
 Each :class:`Fix` names the upstream problem, the package and the exact released versions it
 is for. :func:`apply_all` applies the fixes the installed versions need and reports the others
