@@ -11,6 +11,8 @@ bundle's ``python3`` that records its calls.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import tarfile
 import time
@@ -152,6 +154,34 @@ def test_a_packed_compile_cache_is_carried_to_the_next_runs_and_a_bad_file_refus
     assert not (tmp_path / "w2" / "vllm_cache_seed.tmp").exists()
 
 
+def test_a_carried_compile_cache_serves_only_the_run_that_compiled_it(tmp_path):
+    """vLLM's compiled artifacts name the folder they were compiled in, so a carried cache
+    goes only to the run whose ``VLLM_CACHE_ROOT`` made it (``collect`` records that folder in
+    it); a run of another name compiles anew, with one line saying where the cache was made."""
+    out, cache, env = _work_with_a_compile_cache(tmp_path)
+    done = subprocess.run(["bash", str(SCRIPT), "collect"], env=env, capture_output=True,
+                          text=True, timeout=hang_bound(120))
+    assert done.returncode == 0, done.stdout + done.stderr
+    made_in = cache.parent   # .../w/vllm_cache/random_seed1
+    # the next stretch's machine has the same work folder, as every machine does (/root/trinity)
+    shutil.rmtree(tmp_path / "w")
+    done = subprocess.run(["bash", str(SCRIPT), "cache", str(out / "vllm_cache.tgz")], env=env,
+                          capture_output=True, text=True, timeout=hang_bound(60))
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_env = re.search(r"^run_env\(\) \{.*?^\}$", SCRIPT.read_text(), re.S | re.M).group(0)
+    for name, used in (("difficulty_seed1", False), ("random_seed1", True)):
+        done = subprocess.run(["bash", "-c", f"source {paths.REPO_ROOT}/scripts/gpu/common.sh; "
+                               f"{run_env}\nrun_env {name}; echo \"root=$VLLM_CACHE_ROOT\""],
+                              env=env, capture_output=True, text=True, timeout=hang_bound(60))
+        assert done.returncode == 0, done.stdout + done.stderr
+        root = tmp_path / "w" / "vllm_cache" / name
+        assert f"root={root}" in done.stdout
+        assert (root / "torch_compile_cache" / "graph.py").is_file() == used
+        line = (f"{name}: vLLM starts from the carried compile cache" if used else
+                f"{name}: compiles anew; the carried compile cache was made in {made_in}")
+        assert line in done.stdout, done.stdout
+
+
 NOTEBOOKS_SCRIPT = paths.REPO_ROOT / "scripts" / "gpu" / "notebooks.sh"
 
 
@@ -255,7 +285,8 @@ def test_the_run_steps_settings_load_through_trinity(tmp_path):
     """What ``trinity_h200.sh settings`` prints for each step (the extra ``train`` settings of
     the 135M experiment, the Qwen pilot's two runs and the Qwen pair) applies to its configs
     through Trinity's loader, with the values the steps promise. The Qwen pair gets only its
-    seed (and the random run the start-up lever): its configs hold the experiment's settings."""
+    seed (the random run's start-up lever is empty unless QWEN_LEVER is set): its configs hold
+    the experiment's settings, held-out evaluation at steps 8 and 16 and none at step 0."""
     from mathagent import launch
 
     done = subprocess.run(["bash", str(SCRIPT), "settings"], capture_output=True, text=True,
@@ -265,10 +296,10 @@ def test_the_run_steps_settings_load_through_trinity(tmp_path):
     steps = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()}
     assert set(steps) == {"experiment", "pilot_seq32_lr1e6", "pilot_async16_lr5e6",
                           "random_qwen_seed0", "difficulty_qwen_seed0"}
-    # the Qwen pair's runs: the seed's settings each, and the start-up lever the random run's only
+    # the Qwen pair's runs: the seed's settings each and nothing else (QWEN_LEVER empty)
     lever = "explorer.runner_prepare_concurrency=16"
     seed0 = ["buffer.explorer_input.taskset.data_selector.seed=0", "explorer.rollout_model.seed=0"]
-    assert steps.pop("random_qwen_seed0") == [*seed0, lever]
+    assert steps.pop("random_qwen_seed0") == seed0
     assert steps.pop("difficulty_qwen_seed0") == seed0
     for name, prepared in (("config_random_qwen.yaml", 16), ("config_difficulty_qwen.yaml", 8)):
         extra = [lever] if prepared == 16 else []
@@ -292,6 +323,8 @@ def test_the_run_steps_settings_load_through_trinity(tmp_path):
             steps_of = {"experiment": 40, "qwen": 16}
             assert config.buffer.total_steps == steps_of.get(step, 20)
             assert config.explorer.eval_interval == (8 if step == "qwen" else 10)
+            # the Qwen experiment measures the base model once, not in every run
+            assert config.explorer.eval_on_startup is (step != "qwen")
             if step == "qwen":  # what verl's FSDP engine gets, built by Trinity itself
                 from trinity.trainer.verl.config import build_verl_config
                 from verl.utils.config import omega_conf_to_dataclass

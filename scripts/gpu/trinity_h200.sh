@@ -61,10 +61,10 @@ EXPERIMENT_ARGS="buffer.total_steps=40 tuner.algorithm.eval_interval_steps=10 ex
 # differ in the start-up lever under test (Trinity's asynchronous runners: 16 runner processes,
 # each running a task's rollouts concurrently, against 32 single-rollout runners) and in the
 # learning rate (the upstream 1e-6 against 5e-6).
-PILOT_ARGS="buffer.total_steps=20 tuner.algorithm.eval_interval_steps=10 explorer.rollout_model.enforce_eager=false"
+PILOT_ARGS="buffer.total_steps=20 tuner.algorithm.eval_interval_steps=10 explorer.rollout_model.enforce_eager=false explorer.eval_on_startup=true"
 PILOT_RUNS="pilot_seq32_lr1e6 pilot_async16_lr5e6"
-# (Both runs name their runners: the Qwen configs have since taken the asynchronous ones. They
-# have also since turned the agent's console output off in the runners, and fixed the trainer's
+# (Both runs name their runners and evaluate at step 0: the Qwen configs have since taken the
+# asynchronous runners and dropped the step-0 evaluation. They have also since turned the agent's console output off in the runners, and fixed the trainer's
 # micro-batches at 4 sequences where the pilot's trainer batched by tokens.)
 export ARGS_pilot_seq32_lr1e6="algorithm.optimizer.lr=1e-6 tuner.algorithm.learning_rate=1e-6 \
 explorer.concurrent_mode=sequential explorer.max_repeat_times_per_runner=1 explorer.runner_per_model=32"
@@ -74,8 +74,8 @@ explorer.concurrent_mode=asynchronous explorer.max_repeat_times_per_runner=null 
 # every stretch: configs/config_{random,difficulty}_qwen.yaml with the seed set here (and the
 # random run's start-up lever, QWEN_LEVER below). The configs hold the experiment's settings
 # and say why: 16 steps at the upstream batch (16 tasks x 8 rollouts), held-out evaluation at
-# steps 0, 8 and 16, and the trainer's fixed micro-batches of 4 sequences that let two
-# trainers share the GPU. The four stretches before them set these same values here, as extra
+# steps 8 and 16 (the base model's, the same for every run, measured once), and the trainer's
+# fixed micro-batches of 4 sequences that let two trainers share the GPU. The four stretches before them set these same values here, as extra
 # `train` settings.
 # A start-up lever tried side by side in a pair: the random run gets QWEN_LEVER, the
 # difficulty-based run keeps Trinity's default (QWEN_LEVER= gives both the same start). It
@@ -88,7 +88,9 @@ explorer.concurrent_mode=asynchronous explorer.max_repeat_times_per_runner=null 
 # runner whose prepare fails is made again, twice at most. The two runs share the machine's
 # CPUs, so the random run's 16 prepares at once also slow the other run's: the pair compares
 # the lever under the same load, not each run alone.
-QWEN_LEVER=${QWEN_LEVER-"explorer.runner_prepare_concurrency=16"}
+# In the fourth stretch (explorer.runner_prepare_concurrency=16) it did not pay: the random
+# run's runners were ready 0.20 minutes after the other's. Empty since: both runs start alike.
+QWEN_LEVER=${QWEN_LEVER-}
 seed_args() {
   echo "buffer.explorer_input.taskset.data_selector.seed=$1 explorer.rollout_model.seed=$1"
 }
@@ -114,9 +116,17 @@ run_env() {
   # vLLM's compile cache per run: runs compiling at the same time do not share files; each
   # starts from the carried one (`cache`), if any
   export VLLM_CACHE_ROOT=$W/vllm_cache/$name
+  # vLLM's compiled artifacts name the folder they were compiled in (the whole path), so a
+  # carried cache serves only the run whose VLLM_CACHE_ROOT made it (`collect` writes that
+  # path into it as .packed_from): in any other folder vLLM fails to find its artifacts
   if [ -d "$W/vllm_cache_seed" ] && [ ! -e "$VLLM_CACHE_ROOT" ]; then
-    mkdir -p "$W/vllm_cache"; cp -r "$W/vllm_cache_seed" "$VLLM_CACHE_ROOT"
-    log "$name: vLLM starts from the carried compile cache"
+    local from; from=$(cat "$W/vllm_cache_seed/.packed_from" 2>/dev/null || true)
+    if [ "$from" = "$VLLM_CACHE_ROOT" ]; then
+      mkdir -p "$W/vllm_cache"; cp -r "$W/vllm_cache_seed" "$VLLM_CACHE_ROOT"
+      log "$name: vLLM starts from the carried compile cache"
+    else
+      log "$name: compiles anew; the carried compile cache was made in ${from:-a folder it does not record}"
+    fi
   fi
 }
 
@@ -179,7 +189,12 @@ start)
   shift
   # the Ray heads start beside the model's export; each `train` once the model is there
   setup_begin
-  setsid bash scripts/gpu/gpu_monitor.sh "$W/gpu" > /dev/null 2>&1 < /dev/null &
+  # one GPU monitor per machine: a second `start` (runs made again after a failed one) keeps
+  # the first's, where two would write every sample twice
+  if ! alive "$W/gpu_monitor.pid"; then
+    setsid bash scripts/gpu/gpu_monitor.sh "$W/gpu" > /dev/null 2>&1 < /dev/null &
+    echo $! > "$W/gpu_monitor.pid"
+  fi
   for spec in "$@"; do
     run_env "${spec%%=*}"
     python3 -m mathagent ray start --temp-dir "/tmp/ray_$name" \
@@ -286,7 +301,8 @@ collect)
     size=$(du -sm "$cache" | cut -f1)
     if [ "$size" -gt 40 ]; then
       echo "vLLM compile cache $cache: $size MB, over 40 MB, not packed"
-    elif ! tar -czf "$OUT/vllm_cache.tgz" -C "$cache" . 2>/dev/null; then
+    elif ! echo "$cache" > "$cache/.packed_from" || \
+        ! tar -czf "$OUT/vllm_cache.tgz" -C "$cache" . 2>/dev/null; then
       rm -f "$OUT/vllm_cache.tgz"; echo "vLLM compile cache $cache: changed while packing, not packed"
     else
       echo "vLLM compile cache $cache: $size MB, packed"

@@ -138,7 +138,9 @@ def step_seconds(log: str, t0: float) -> pd.Series:
 
 def gpu_memory(apps: pd.DataFrame, log: str, run: str) -> dict[str, float]:
     """Peak GiB of each GPU process of ``run``, named by the role its pid has in the log."""
-    mine = apps[apps["run"] == run]
+    # one sample per process and time: two monitors on one machine write each sample twice,
+    # a moment apart (the larger is kept)
+    mine = apps[apps["run"] == run].groupby(["t", "pid"], as_index=False)["mib"].max()
     out = {}
     for role, pattern in ROLES.items():
         pids = {int(p) for p in pattern.findall(ANSI.sub("", log))}
