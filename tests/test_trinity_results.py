@@ -165,7 +165,9 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
     stamp = int(t0.timestamp())
     (collected / "gpu_apps.csv").write_text(
         f"{stamp},10,2048,diff\n{stamp},11,1024,diff\n{stamp + 5},10,4096,diff\n"
-        f"{stamp + 5},11,1024,diff\n{stamp + 5},99,9999,other\n")
+        f"{stamp + 5},11,1024,diff\n{stamp + 5},99,9999,other\n"
+        # a second monitor on the machine: the same sample twice, a moment apart
+        f"{stamp + 5},10,3900,diff\n")
     out = tmp_path / "out"
 
     def script(*extra: str) -> subprocess.CompletedProcess:
@@ -183,7 +185,8 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
     memory = pd.read_csv(out / "gpu_memory.csv", index_col=0)["difficulty_seed42"]
     assert memory["trainer (FSDP actor + reference)"] == 4.0  # pid 10, its peak
     assert memory["vLLM engine worker"] == 1.0
-    assert memory["run, all processes (sum at one time)"] == 5.0  # other runs not counted
+    # other runs not counted, a process's sample counted once
+    assert memory["run, all processes (sum at one time)"] == 5.0
     phases = pd.read_csv(out / "phase_times.csv", index_col=0)["difficulty_seed42"]
     assert phases["whole step (log: one explore start to the next)"] == 17.0  # 16 s, 18 s
     assert phases["rollout phase"] > 0
@@ -835,3 +838,77 @@ def test_the_qwen_lone_run_readme_states_what_its_tables_and_log_hold():
     assert f"step 1's 128 agent runs was {steps.loc[1, 'mean_reward']:.3f}" in flat
     assert f"step 2's {steps.loc[2, 'mean_reward']:.3f}" in flat
     assert (steps["tool_call_rate"] == 0).all()
+
+
+QWEN_STEP5 = paths.RESULTS_DIR / "trinity_h100_qwen_step5"
+
+
+def test_the_qwen_run_without_step0_evaluation_readme_states_what_its_tables_hold():
+    """The run without the step-0 evaluation: its start-up minutes against the lone run's, the
+    minutes it saved, the step times and split, the memory peaks, the step rewards and the
+    first try's failure are what its tables, event files, logs and GPU lines hold."""
+    readme = (QWEN_STEP5 / "README.md").read_text()
+    flat = " ".join(readme.split())
+    run = QWEN_STEP5 / "random_seed0"
+    assert "**This run is not part of the experiment**" in readme
+    assert "trinity-early-explorer: applied" in (run / "train_log_excerpt.txt").read_text()
+    config = (run / "launched_config.yaml").read_text()
+    assert re.search(r"^  eval_on_startup: false$", config, re.M)
+    here = pd.read_csv(QWEN_STEP5 / "startup.csv", index_col=0)["random_seed0"]
+    lone = pd.read_csv(QWEN_LONE / "startup.csv", index_col=0)["difficulty_seed0"]
+    rows = _table_rows(readme, 3)
+    assert len([m for m in rows if m in here.index]) == 6
+    for milestone, (this, that) in rows.items():
+        if milestone in here.index:
+            assert (this, that) == (f"{here[milestone]:.2f}", f"{lone[milestone]:.2f}")
+    assert pd.isna(here["step-0 evaluation starts"])
+    assert here["step 1 starts"] == here["all workflow runners ready"]
+    saved = lone["step 1 starts"] - here["step 1 starts"]
+    assert f"**{saved:.2f} minutes sooner**" in flat
+    slower = here["all workflow runners ready"] - lone["all workflow runners ready"]
+    assert f"about {slower:.2f} minutes slower" in flat
+    runners = here["all workflow runners ready"] - here["all rollout models ready"]
+    assert f"the workflow runners {runners:.2f} more" in flat
+    # the held-out accuracy: none came back, and none at step 0
+    assert results.read_run(run)["eval_accuracy"].isna().all()
+    steps_s = json.loads((run / "timings.json").read_text())["whole_step_s"]
+    assert f"Steps 1-4 took {', '.join(f'{s:.0f}' for s in list(steps_s.values())[:-1])} and " \
+           f"{list(steps_s.values())[-1]:.0f} s" in flat
+    phases = pd.read_csv(QWEN_STEP5 / "phase_times.csv", index_col=0)["random_seed0"]
+    assert f"**{phases['whole step (log: one explore start to the next)']:.1f} s**" in flat
+    assert (f"training {phases['training step']:.1f} s, weight sync "
+            f"{phases['weight sync']:.1f} s, rollout phase {phases['rollout phase']:.1f} s") in flat
+    memory = pd.read_csv(QWEN_STEP5 / "gpu_memory.csv", index_col=0)["random_seed0"]
+    assert f"**{memory['run, all processes (sum at one time)']:.1f} GiB**" in flat
+    assert (f"the trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
+            f"{memory['vLLM engine worker']:.1f}") in flat
+    gpu = pd.read_csv(QWEN_STEP5 / "gpu.csv", header=None)
+    peak = gpu[1].str.replace(" MiB", "").astype(int).max()
+    assert f"at most {peak:,} MiB of 81,559" in flat
+    steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
+    assert ", ".join(f"{r:.3f}" for r in steps["mean_reward"]) + " (steps 1-5)" in flat
+    assert (steps["tool_call_rate"] == 0).all()
+    first = (QWEN_STEP5 / "follow_first_try.log").read_text()
+    assert "vLLM starts from the carried compile cache" in first
+    assert "FileNotFoundError" in first and "vllm_cache/difficulty_qwen_seed0/" in first
+    assert "setup took 28 s" in (QWEN_STEP5 / "follow.log").read_text()
+
+
+def test_the_base_model_accuracy_the_qwen_configs_cite_is_what_three_runs_measured():
+    """The Qwen configs evaluate no run at step 0; the base model's held-out accuracy they and
+    the README cite is the range of the three step-0 evaluations with the same settings."""
+    runs = [paths.RESULTS_DIR / "trinity_h200_qwen_cache" / "random_seed0",
+            paths.RESULTS_DIR / "trinity_h200_qwen_cache" / "difficulty_seed0",
+            QWEN_LONE / "difficulty_seed0"]
+    step0 = []
+    for run in runs:
+        table = results.read_run(run).dropna(subset=["eval_accuracy"])
+        assert table["step"].tolist() == [0]
+        assert "repeat_times: 4" in (run / "launched_config.yaml").read_text()
+        step0.append(table["eval_accuracy"].iloc[0])
+    span = f"{min(step0):.3f}-{max(step0):.3f}"
+    assert span == "0.156-0.168"
+    for name in ("config_random_qwen.yaml", "config_difficulty_qwen.yaml"):
+        assert f"({span} in three runs" in (paths.REPO_ROOT / "configs" / name).read_text()
+    readme = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
+    assert f"these evaluation settings measured at {span}" in readme
