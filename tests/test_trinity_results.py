@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tarfile
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -788,6 +789,23 @@ def test_the_qwen_mb4_readme_states_what_its_logs_and_tables_hold():
     assert f"set-up took {took[0]} s ({took[1]} on the first machine)" in flat
 
 
+def _assert_lone_step_and_memory(flat: str, folder: Path, run: str) -> None:
+    """A lone run's README (``flat``: its words joined by single spaces) states the median
+    step and its split, the run's memory peaks and the H100's, as ``folder``'s tables and GPU
+    lines hold them."""
+    phases = pd.read_csv(folder / "phase_times.csv", index_col=0)[run]
+    assert f"**{phases['whole step (log: one explore start to the next)']:.1f} s**" in flat
+    assert (f"training {phases['training step']:.1f} s, weight sync "
+            f"{phases['weight sync']:.1f} s, rollout phase {phases['rollout phase']:.1f} s") in flat
+    memory = pd.read_csv(folder / "gpu_memory.csv", index_col=0)[run]
+    assert f"**{memory['run, all processes (sum at one time)']:.1f} GiB**" in flat
+    assert (f"the trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
+            f"{memory['vLLM engine worker']:.1f}") in flat
+    gpu = pd.read_csv(folder / "gpu.csv", header=None)
+    peak = gpu[1].str.replace(" MiB", "").astype(int).max()
+    assert f"at most {peak:,} MiB of 81,559" in flat
+
+
 QWEN_LONE = paths.RESULTS_DIR / "trinity_h100_qwen_lone"
 
 
@@ -823,17 +841,7 @@ def test_the_qwen_lone_run_readme_states_what_its_tables_and_log_hold():
     acc = results.read_run(run).dropna(subset=["eval_accuracy"])
     assert acc["step"].tolist() == [0]
     assert f"held-out accuracy was {acc['eval_accuracy'].iloc[0]:.3f}" in flat
-    phases = pd.read_csv(QWEN_LONE / "phase_times.csv", index_col=0)["difficulty_seed0"]
-    assert f"**{phases['whole step (log: one explore start to the next)']:.1f} s**" in flat
-    assert (f"training {phases['training step']:.1f} s, weight sync "
-            f"{phases['weight sync']:.1f} s, rollout phase {phases['rollout phase']:.1f} s") in flat
-    memory = pd.read_csv(QWEN_LONE / "gpu_memory.csv", index_col=0)["difficulty_seed0"]
-    assert f"**{memory['run, all processes (sum at one time)']:.1f} GiB**" in flat
-    assert (f"the trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
-            f"{memory['vLLM engine worker']:.1f}") in flat
-    gpu = pd.read_csv(QWEN_LONE / "gpu.csv", header=None)
-    peak = gpu[1].str.replace(" MiB", "").astype(int).max()
-    assert f"at most {peak:,} MiB of 81,559" in flat
+    _assert_lone_step_and_memory(flat, QWEN_LONE, "difficulty_seed0")
     steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
     assert f"step 1's 128 agent runs was {steps.loc[1, 'mean_reward']:.3f}" in flat
     assert f"step 2's {steps.loc[2, 'mean_reward']:.3f}" in flat
@@ -874,17 +882,7 @@ def test_the_qwen_run_without_step0_evaluation_readme_states_what_its_tables_hol
     steps_s = json.loads((run / "timings.json").read_text())["whole_step_s"]
     assert f"Steps 1-4 took {', '.join(f'{s:.0f}' for s in list(steps_s.values())[:-1])} and " \
            f"{list(steps_s.values())[-1]:.0f} s" in flat
-    phases = pd.read_csv(QWEN_STEP5 / "phase_times.csv", index_col=0)["random_seed0"]
-    assert f"**{phases['whole step (log: one explore start to the next)']:.1f} s**" in flat
-    assert (f"training {phases['training step']:.1f} s, weight sync "
-            f"{phases['weight sync']:.1f} s, rollout phase {phases['rollout phase']:.1f} s") in flat
-    memory = pd.read_csv(QWEN_STEP5 / "gpu_memory.csv", index_col=0)["random_seed0"]
-    assert f"**{memory['run, all processes (sum at one time)']:.1f} GiB**" in flat
-    assert (f"the trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
-            f"{memory['vLLM engine worker']:.1f}") in flat
-    gpu = pd.read_csv(QWEN_STEP5 / "gpu.csv", header=None)
-    peak = gpu[1].str.replace(" MiB", "").astype(int).max()
-    assert f"at most {peak:,} MiB of 81,559" in flat
+    _assert_lone_step_and_memory(flat, QWEN_STEP5, "random_seed0")
     steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
     assert ", ".join(f"{r:.3f}" for r in steps["mean_reward"]) + " (steps 1-5)" in flat
     assert (steps["tool_call_rate"] == 0).all()
