@@ -64,8 +64,9 @@ EXPERIMENT_ARGS="buffer.total_steps=40 tuner.algorithm.eval_interval_steps=10 ex
 PILOT_ARGS="buffer.total_steps=20 tuner.algorithm.eval_interval_steps=10 explorer.rollout_model.enforce_eager=false explorer.eval_on_startup=true"
 PILOT_RUNS="pilot_seq32_lr1e6 pilot_async16_lr5e6"
 # (Both runs name their runners and evaluate at step 0: the Qwen configs have since taken the
-# asynchronous runners and dropped the step-0 evaluation. They have also since turned the agent's console output off in the runners, and fixed the trainer's
-# micro-batches at 4 sequences where the pilot's trainer batched by tokens.)
+# asynchronous runners and dropped the step-0 evaluation. They have also since turned the
+# agent's console output off in the runners, and fixed the trainer's micro-batches at 4
+# sequences where the pilot's trainer batched by tokens.)
 export ARGS_pilot_seq32_lr1e6="algorithm.optimizer.lr=1e-6 tuner.algorithm.learning_rate=1e-6 \
 explorer.concurrent_mode=sequential explorer.max_repeat_times_per_runner=1 explorer.runner_per_model=32"
 export ARGS_pilot_async16_lr5e6="algorithm.optimizer.lr=5e-6 tuner.algorithm.learning_rate=5e-6 \
@@ -75,8 +76,8 @@ explorer.concurrent_mode=asynchronous explorer.max_repeat_times_per_runner=null 
 # random run's start-up lever, QWEN_LEVER below). The configs hold the experiment's settings
 # and say why: 16 steps at the upstream batch (16 tasks x 8 rollouts), held-out evaluation at
 # steps 8 and 16 (the base model's, the same for every run, measured once), and the trainer's
-# fixed micro-batches of 4 sequences that let two trainers share the GPU. The four stretches before them set these same values here, as extra
-# `train` settings.
+# fixed micro-batches of 4 sequences that let two trainers share the GPU. The four stretches
+# before them set these same values here, as extra `train` settings.
 # A start-up lever tried side by side in a pair: the random run gets QWEN_LEVER, the
 # difficulty-based run keeps Trinity's default (QWEN_LEVER= gives both the same start). It
 # changes when the runners start, not what they run. Trinity prepares at most
@@ -113,8 +114,7 @@ run_env() {
   name=$1
   export MATHAGENT_RUN_LABEL=$name MATHAGENT_RUNS=$W/runs/$name
   export TRINITY_CHECKPOINT_ROOT_DIR=$W/ckpt/$name TRINITY_MODEL_PATH=${MODEL_DIR:-$W/model}
-  # vLLM's compile cache per run: runs compiling at the same time do not share files; each
-  # starts from the carried one (`cache`), if any
+  # vLLM's compile cache per run: runs compiling at the same time do not share files
   export VLLM_CACHE_ROOT=$W/vllm_cache/$name
   # vLLM's compiled artifacts name the folder they were compiled in (the whole path), so a
   # carried cache serves only the run whose VLLM_CACHE_ROOT made it (`collect` writes that
