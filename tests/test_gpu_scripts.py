@@ -74,9 +74,11 @@ def test_wait_collects_finished_and_running_runs(tmp_path):
     with tarfile.open(out / "random_seed1.tgz") as tar:
         names = set(tar.getnames())
         log = tar.extractfile("random_seed1/train.log").read().decode()
+        span = tar.extractfile("random_seed1/start_end_epoch.txt").read().decode().split()
     assert {"random_seed1/params.json", "random_seed1/launched_config.yaml",
             "random_seed1/monitor/tensorboard/trainer/events.out.tfevents.1",
             "random_seed1/start_end_epoch.txt"} <= names
+    assert len(span) == 2 and span[0] == "1700000000"      # ended: its log's last write
     assert not any("global_step" in n for n in names)
     # a run without an experience buffer is packed without samples, and says so in one line
     assert "random_seed1: no buffer samples: " in done.stdout
@@ -90,6 +92,50 @@ def test_wait_collects_finished_and_running_runs(tmp_path):
     with tarfile.open(out / "local.tgz") as tar:
         metrics = tar.extractfile("local/work/random-s1/metrics.csv").read().decode()
     assert metrics.splitlines()[-1] == "2,0.2"  # packed as it stands, mid-run
+
+
+def test_wait_follows_runs_only_and_marks_a_run_packed_while_it_goes_on(tmp_path):
+    """The GPU monitor's process file is no run's: ``wait`` neither counts nor packs it. A run
+    packed while its process lives records so, for its log's last write is then no end."""
+    w, out = tmp_path / "w", tmp_path / "out"
+    make_work(w)
+    (w / "random_seed1.pid").write_text(f"{os.getpid()}\n")     # the run goes on
+    (w / "gpu_monitor.pidof").write_text(f"{os.getpid()}\n")    # and so does the monitor
+    env = {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b")}
+    done = subprocess.run(["bash", str(SCRIPT), "wait", "1"], env=env, capture_output=True,
+                          text=True, timeout=hang_bound(300))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 run(s) still running" in done.stdout            # random_seed1 and train-local
+    assert "gpu_monitor" not in done.stdout + done.stderr
+    assert sorted(p.name for p in out.glob("*.tgz")) == ["local.tgz", "random_seed1.tgz"]
+    with tarfile.open(out / "random_seed1.tgz") as tar:
+        span = tar.extractfile("random_seed1/start_end_epoch.txt").read().decode().split()
+    assert span[0] == "1700000000" and span[2:] == ["running"]
+
+
+def test_x8_collect_labels_gpu_samples_by_each_runs_span_even_while_one_runs(tmp_path):
+    """The 8-GPU script's collect gives each GPU sample the run whose start-to-last-write span
+    holds it, reading the span's first two words: a run packed while it goes on adds a third."""
+    w, out = tmp_path / "w", tmp_path / "out"
+    make_work(w)
+    for name, t0 in (("random", 1700000000), ("difficulty", 1700000100)):
+        job = w / "ckpt" / name / "P" / "N"
+        job.mkdir(parents=True)
+        (job / "params.json").write_text("{}")
+        (w / f"{name}.pid").write_text(f"{os.getpid() if name == 'random' else gone_pid()}\n")
+        (w / f"{name}.t0").write_text(f"{t0}\n")
+        (w / f"{name}.log").write_text("Training at step 1 finished\n")
+        os.utime(w / f"{name}.log", (t0 + 50, t0 + 50))
+    (w / "gpu_apps.csv").write_text("1700000010,1,100,\n1700000120,2,200,\n1700000300,3,300,\n")
+    env = {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b")}
+    done = subprocess.run(["bash", str(SCRIPT.parent / "trinity_x8.sh"), "collect"], env=env,
+                          capture_output=True, text=True, timeout=hang_bound(120))
+    assert done.returncode == 0, done.stdout + done.stderr
+    with tarfile.open(out / "random.tgz") as tar:      # the first run goes on
+        span = tar.extractfile("random/start_end_epoch.txt").read().decode().split()
+    assert span == ["1700000000", "1700000050", "running"]
+    labels = [line.split(",")[3] for line in (out / "gpu_apps.csv").read_text().splitlines()]
+    assert labels == ["random", "difficulty", ""]
 
 
 def _work_with_a_compile_cache(tmp_path):
@@ -330,10 +376,10 @@ def test_the_run_steps_settings_load_through_trinity(tmp_path):
                 from verl.utils.config import omega_conf_to_dataclass
 
                 verl = build_verl_config(config)
-                # fixed micro-batches of 4 sequences, no token-capped dynamic batching, for
-                # the update and the reference's and the old policy's log-probabilities
+                # fixed micro-batches, no token-capped dynamic batching: 2 sequences for the
+                # update, 4 for the reference's and the old policy's log-probabilities
                 assert verl.actor.use_dynamic_bsz is False
-                assert verl.actor.ppo_micro_batch_size_per_gpu == 4
+                assert verl.actor.ppo_micro_batch_size_per_gpu == 2
                 assert verl.ref.log_prob_use_dynamic_bsz is False
                 assert verl.ref.log_prob_micro_batch_size_per_gpu == 4
                 assert verl.rollout.log_prob_use_dynamic_bsz is False
@@ -341,7 +387,7 @@ def test_the_run_steps_settings_load_through_trinity(tmp_path):
                 # verl's own actor config accepts it, and a step's 16 x 8 experiences (one
                 # mini-batch) split into whole micro-batches
                 actor = omega_conf_to_dataclass(verl.actor)
-                assert (actor.use_dynamic_bsz, actor.ppo_micro_batch_size_per_gpu) == (False, 4)
+                assert (actor.use_dynamic_bsz, actor.ppo_micro_batch_size_per_gpu) == (False, 2)
                 assert config.buffer.batch_size * config.algorithm.repeat_times % 4 == 0
                 assert verl.actor.fsdp_config.entropy_from_logits_with_chunking is True
                 assert verl.actor.fsdp_config.entropy_checkpointing is True
@@ -444,6 +490,9 @@ def test_start_begins_the_ray_heads_beside_the_export_and_each_train_after_it(tm
                    for _, label, _, _, args in rows if label == "two")
         assert (w / "one.model").read_text().strip() == str(w / "model")
         assert (w / "one.t0").is_file() and (w / "two.pid").is_file()
+        # the runs' process files are the only *.pid: `wait` follows each as a run
+        assert sorted(p.name for p in w.glob("*.pid")) == ["one.pid", "two.pid"]
+        assert (w / "gpu_monitor.pidof").is_file()
         assert "wrote " + str(w / "model") in done.stdout and "setup took" in done.stdout
     finally:
         _stop_monitor(w)

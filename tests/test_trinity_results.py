@@ -209,6 +209,9 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
     # a later stretch adds seed 7: the tables beside the run folders cover both runs
     params = json.loads((run / "params.json").read_text())
     (run / "params.json").write_text(json.dumps({**params, "seed": 7}))
+    # packed while it went on: the log's last write is no end of its `train`
+    (run / "start_end_epoch.txt").write_text(
+        f"{t0.timestamp():.0f} {t0.timestamp() + 310:.0f} running")
     with tarfile.open(collected / "seven.tgz", "w:gz") as tar:
         tar.add(run, arcname="seven")
     (collected / "gpu_apps.csv").write_text(f"{stamp},10,2048,seven\n")
@@ -224,8 +227,12 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
                           capture_output=True, text=True, timeout=hang_bound(300),
                           cwd=paths.REPO_ROOT)
     assert more.returncode == 0, more.stderr
-    assert sorted(pd.read_csv(out / "startup.csv", index_col=0).columns) == [
-        "difficulty_seed42", "difficulty_seed7"]
+    startup = pd.read_csv(out / "startup.csv", index_col=0)
+    assert sorted(startup.columns) == ["difficulty_seed42", "difficulty_seed7"]
+    assert startup.loc["train command ends", "difficulty_seed42"] == pytest.approx(310 / 60,
+                                                                                   abs=0.01)
+    assert pd.isna(startup.loc["train command ends", "difficulty_seed7"])
+    assert startup.loc["step 1 starts", "difficulty_seed7"] == 3.5
     both = pd.read_csv(out / "trinity_h200.csv")
     assert sorted(both["seed"].unique()) == [7, 42] and len(both) == 2 * 23
     mirror = tmp_path / "mirror"
@@ -890,6 +897,128 @@ def test_the_qwen_run_without_step0_evaluation_readme_states_what_its_tables_hol
     assert "vLLM starts from the carried compile cache" in first
     assert "FileNotFoundError" in first and "vllm_cache/difficulty_qwen_seed0/" in first
     assert "setup took 28 s" in (QWEN_STEP5 / "follow.log").read_text()
+
+
+QWEN_MB2 = paths.RESULTS_DIR / "trinity_h100_qwen_mb2"
+
+
+def _memory_peaks(run: Path) -> tuple[float, float]:
+    """The trainer's own peaks of a run, GiB: reserved by its caching allocator, in use."""
+    scalars = results.read_scalars(run)
+    peak = scalars.groupby("tag")["value"].max()
+    return (peak["actor/perf/max_memory_reserved_gb"],
+            peak["actor/perf/max_memory_allocated_gb"])
+
+
+def test_the_qwen_micro_batch_readme_states_what_its_runs_and_logs_hold():
+    """The two H100 runs that set the update's micro-batches: the first try's failure and who
+    held the GPU, the trainer's own memory peaks in these and the earlier lone runs, the
+    start-up against the run without a carried cache, the step times and split, the memory
+    peaks, the held-out accuracy and its bound, and the step rewards are what the runs' event
+    files, tables, logs and GPU lines hold; the configs cite the same figures."""
+    readme = (QWEN_MB2 / "README.md").read_text()
+    flat = " ".join(readme.split())
+    run, mb4 = QWEN_MB2 / "random_seed0", QWEN_MB2 / "random_seed0_mb4"
+    assert "**These runs are not part of the experiment**" in readme
+    for folder, micro in ((run, 2), (mb4, 4)):
+        assert "trinity-early-explorer: applied" in (folder / "train_log_excerpt.txt").read_text()
+        config = (folder / "launched_config.yaml").read_text()
+        assert re.search(rf"^      ppo_micro_batch_size_per_gpu: {micro}$", config, re.M)
+        assert re.search(r"^  eval_on_startup: false$", config, re.M)
+    # the first try: vLLM's weight update ran out of memory beside the trainer's cache
+    failed = (mb4 / "train_log_excerpt.txt").read_text()
+    assert "16:50:56 [trainer.py:189] Training at step 1 finished." in failed
+    oom = re.search(r"ERROR 12-05 (\S+) .*OutOfMemoryError: CUDA out of memory. Tried to "
+                    r"allocate ([\d.]+ GiB). .* of which ([\d.]+ MiB) is free", failed)
+    assert oom and "sync_model_weights" in failed
+    assert f"At {oom[1]} vLLM's worker" in flat
+    assert f"asked for {oom[2]} and the GPU had {oom[3]} free" in flat
+    memory = pd.read_csv(QWEN_MB2 / "gpu_memory.csv", index_col=0)
+    held = memory.loc["trainer (FSDP actor + reference)", "random_seed0_mb4"]
+    assert f"The trainer held **{held:.1f} GiB**" in flat
+    reserved, used = _memory_peaks(mb4)
+    assert (f"`actor/perf/max_memory_reserved_gb` was {reserved:.1f}) while at most {used:.1f} "
+            "GiB") in flat
+    first = pd.read_csv(QWEN_MB2 / "gpu_mb4_try.csv", header=None)
+    assert f"The GPU held {first[1].str.replace(' MiB', '').astype(int).max():,} MiB of 81,559" \
+        in flat
+    earlier = [_memory_peaks(QWEN_LONE / "difficulty_seed0"),
+               _memory_peaks(QWEN_STEP5 / "random_seed0")]
+    assert (f"{earlier[0][0]:.1f} GiB reserved in `results/trinity_h100_qwen_lone/` and "
+            f"{earlier[1][0]:.1f} in `results/trinity_h100_qwen_step5/` (at most "
+            f"{earlier[0][1]:.1f} and {earlier[1][1]:.1f} in use)") in flat
+    for folder in (QWEN_LONE / "difficulty_seed0", QWEN_STEP5 / "random_seed0"):
+        assert 2 in pd.read_csv(folder / "buffer_steps.csv")["step"].values  # past step 1's sync
+    step5_gpu = (QWEN_STEP5 / "gpu.csv").read_text()
+    assert re.search(r"2026/12/05 15:34:58\.\d+, 47191 MiB", step5_gpu)
+    assert re.search(r"2026/12/05 15:35:03\.\d+, 24245 MiB", step5_gpu)
+    assert "70.9 GiB" in " ".join((QWEN_STEP5 / "README.md").read_text().split())
+    reserved2, used2 = _memory_peaks(run)
+    assert f"held **{reserved2:.1f} GiB** at most ({used2:.1f} in use) through 9 updates" in flat
+    assert len(results.read_scalars(run).query("tag == 'time/update_actor'")) == 9
+    # start-up: both runs against the run without a carried cache
+    here = pd.read_csv(QWEN_MB2 / "startup.csv", index_col=0)
+    step5 = pd.read_csv(QWEN_STEP5 / "startup.csv", index_col=0)["random_seed0"]
+    rows = _table_rows(readme, 4)
+    assert len([m for m in rows if m in here.index]) == 5
+    for milestone, cells in rows.items():
+        if milestone in here.index:
+            assert cells == [f"{here.loc[milestone, 'random_seed0']:.2f}",
+                             f"{here.loc[milestone, 'random_seed0_mb4']:.2f}",
+                             f"{step5[milestone]:.2f}"]
+    assert here.loc["train command ends"].isna().all()   # packed while they went on
+    load = "vLLM worker loads the model"
+    spans = [here.loc["vLLM engine ready", c] - here.loc[load, c] for c in here.columns]
+    assert (f"took {spans[0]:.2f} and {spans[1]:.2f} minutes, against "
+            f"{step5['vLLM engine ready'] - step5[load]:.2f} when it compiled") in flat
+    sooner = step5["step 1 starts"] - here.loc["step 1 starts"]
+    assert f"{sooner.min():.2f}-{sooner.max():.2f} minutes sooner" in flat
+    logs = [(QWEN_MB2 / f).read_text() for f in ("follow_mb4_try.log", "follow.log")]
+    assert all("random_qwen_seed0: vLLM starts from the carried compile cache" in log
+               for log in logs)
+    took = [re.search(r"setup took (\d+) s", log)[1] for log in logs]
+    assert f"Set-up took {took[0]} and {took[1]} s" in flat
+    # step time, its split and the memory peaks
+    steps_s = list(json.loads((run / "timings.json").read_text())["whole_step_s"].values())
+    assert ("Steps 1-9 took " + ", ".join(f"{s:.0f}" for s in steps_s[:-1])
+            + f" and {steps_s[-1]:.0f} s") in flat
+    _assert_lone_step_and_memory(flat, QWEN_MB2, "random_seed0")
+    before = pd.read_csv(QWEN_STEP5 / "phase_times.csv", index_col=0)["random_seed0"]
+    assert (f"against {before['whole step (log: one explore start to the next)']:.1f} s with "
+            f"micro-batches of 4 (`results/trinity_h100_qwen_step5/`: training "
+            f"{before['training step']:.1f} s)") in flat
+    # the held-out accuracy at step 8, its bound and the rewards
+    table = results.read_run(run).dropna(subset=["eval_accuracy"])
+    assert table["step"].tolist() == [8]
+    finished = results.read_scalars(run).query(
+        "tag == 'eval/eval-arithmetic-qwen/finished_task_count'")
+    assert finished["value"].tolist() == [660]
+    acc = table["eval_accuracy"].iloc[0]
+    evaluation = pd.read_csv(QWEN_MB2 / "phase_times.csv", index_col=0).loc["evaluation"]
+    assert f"evaluated in {evaluation['random_seed0']:.0f} s): **{acc:.3f}**" in flat
+    bound = 0.5 / np.sqrt(660)
+    assert f"at most {bound:.3f} (0.5/sqrt(660)" in flat
+    assert (acc - 0.168) / bound > 8 and "more than eight times that" in flat
+    steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
+    assert ", ".join(f"{r:.3f}" for r in steps["mean_reward"]) + " (steps 1-10" in flat
+    assert (steps["tool_call_rate"] == 0).all()
+    # the project's README and the configs cite these figures
+    readme_top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
+    median = pd.read_csv(QWEN_MB2 / "phase_times.csv", index_col=0).loc[
+        "whole step (log: one explore start to the next)", "random_seed0"]
+    assert steps.index.max() == 10
+    assert (f"with 2 a run went through 10 steps at {median:.0f} s a step, the held-out "
+            f"accuracy {acc:.3f} at step 8") in readme_top
+    peaks = [reserved, *(r for r, _ in earlier)]
+    in_use = [used, *(u for _, u in earlier)]
+    for name in ("config_random_qwen.yaml", "config_difficulty_qwen.yaml"):
+        text = " ".join(line.lstrip("# ") for line in
+                        (paths.REPO_ROOT / "configs" / name).read_text().splitlines())
+        assert (f"held {min(peaks):.1f}-{max(peaks):.1f} GiB (at most "
+                f"{min(in_use):.1f}-{max(in_use):.1f} GiB in use)") in text
+        step = pd.read_csv(QWEN_MB2 / "phase_times.csv", index_col=0).iloc[-1, 0]
+        assert f"with 2 it held {reserved2:.1f} GiB through 9 updates at {step:.0f} s a step" \
+            in text
 
 
 def test_the_base_model_accuracy_the_qwen_configs_cite_is_what_three_runs_measured():

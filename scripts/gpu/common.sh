@@ -143,6 +143,9 @@ pack_run() {
   if [ "$(stat -c %s "$d/quiet.log")" -le 6000000 ]; then mv "$d/quiet.log" "$d/train.log"
   else { head -c 3000000 "$d/quiet.log"; echo; echo "[... the middle of the log was cut ...]"
          tail -c 3000000 "$d/quiet.log"; } > "$d/train.log"; rm "$d/quiet.log"; fi
-  echo "$(cat "$W/$name.t0") $(stat -c %Y "$W/$name.log")" > "$d/start_end_epoch.txt"
+  # the start, the log's last write and, for a run packed while it goes on, "running": its
+  # last write is then no end
+  echo "$(cat "$W/$name.t0") $(stat -c %Y "$W/$name.log")$(alive "$W/$name.pid" && echo " running")" \
+    > "$d/start_end_epoch.txt"
   tar -czf "$OUT/$name.tgz" -C "$W/collect" "$name"
 }

@@ -191,9 +191,9 @@ start)
   setup_begin
   # one GPU monitor per machine: a second `start` (runs made again after a failed one) keeps
   # the first's, where two would write every sample twice
-  if ! alive "$W/gpu_monitor.pid"; then
+  if ! alive "$W/gpu_monitor.pidof"; then
     setsid bash scripts/gpu/gpu_monitor.sh "$W/gpu" > /dev/null 2>&1 < /dev/null &
-    echo $! > "$W/gpu_monitor.pid"
+    echo $! > "$W/gpu_monitor.pidof"
   fi
   for spec in "$@"; do
     run_env "${spec%%=*}"

@@ -180,11 +180,13 @@ def add_run(collected: Path, name: str, dest: Path, apps: pd.DataFrame) -> None:
             if (src / "samples" / f).is_file():
                 shutil.copyfile(src / "samples" / f, dest / f)
         log = (src / "train.log").read_text(errors="replace")
-        t0, t1 = map(float, (src / "start_end_epoch.txt").read_text().split())
+        # "T0 T1" or "T0 T1 running" (packed while the run went on: T1 is no end)
+        t0, t1, *state = (src / "start_end_epoch.txt").read_text().split()
+        t0, ended = float(t0), float(t1) if state != ["running"] else float("nan")
     (dest / "train_log_excerpt.txt").write_text(log_excerpt(log))
     (dest / "trinity_config_runtime.txt").write_text(runtime_config(log))
     timings = {
-        "startup_min": {**startup(log, t0), "train command ends": round((t1 - t0) / 60, 2)},
+        "startup_min": {**startup(log, t0), "train command ends": round((ended - t0) / 60, 2)},
         "gpu_memory_gib": gpu_memory(apps, log, name),
         "whole_step_s": step_seconds(log, t0).to_dict(),
     }

@@ -92,7 +92,8 @@ collect)
   for name in $RUNS; do
     [ -f "$W/$name.pid" ] || continue
     pack_run "$name"
-    spans="$spans $name $(cat "$W/collect/$name/start_end_epoch.txt")"
+    # its start and its log's last write (a third word says it was packed while it ran)
+    spans="$spans $name $(cut -d' ' -f1,2 "$W/collect/$name/start_end_epoch.txt")"
   done
   cp "$W/gpu.csv" "$OUT/" 2>/dev/null || true
   # GPU processes are the one head's workers and carry no run label: label each sample with
