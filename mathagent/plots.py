@@ -140,7 +140,8 @@ def plot_metric(table: pd.DataFrame, metric: str, ax=None, selectors: Sequence[s
 
 def plot_training_curves(table: pd.DataFrame, selectors: Sequence[str] | None = None,
                          band: str = "minmax", smooth: int = 5, title: str | None = None,
-                         eval_label: str = "eval accuracy", colors: dict | None = None):
+                         eval_label: str = "eval accuracy", colors: dict | None = None,
+                         start=None):
     """The reference figure's two panels for every selector, mean line and seed band.
 
     Left: rollout accuracy (mean reward of the selected tasks' rollouts) over steps,
@@ -155,6 +156,9 @@ def plot_training_curves(table: pd.DataFrame, selectors: Sequence[str] | None = 
         title: figure title.
         eval_label: y label of the right panel (e.g. "AIME-24 accuracy").
         colors: selector -> colour.
+        start: where runs that evaluate no step 0 start from
+            (:class:`mathagent.results.StartPoint`): drawn at step 0 on the right panel, its
+            range as an error bar, a dotted line from it to each selector's first evaluation.
     """
     plt = _plt()
     _check(table, ("selector", "seed", "step", "rollout_accuracy", "eval_accuracy"),
@@ -166,9 +170,14 @@ def plot_training_curves(table: pd.DataFrame, selectors: Sequence[str] | None = 
                 "rollout accuracy", legend=False)
     plot_metric(table, "eval_accuracy", right, names, band, 1, colors, eval_label,
                 legend=False)
+    if start is not None:
+        _draw_start(right, table, names, colors, start)
     left.set_title("rollout accuracy (training batches)")
     right.set_title(eval_label)
     handles, labels = left.get_legend_handles_labels()
+    if start is not None:   # the starting point's marker, from the right panel
+        extra = right.get_legend_handles_labels()
+        handles, labels = handles + extra[0][-1:], labels + extra[1][-1:]
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
                frameon=False)
     seeds = table[table["selector"].isin(names)].groupby("selector")["seed"].nunique()
@@ -177,6 +186,20 @@ def plot_training_curves(table: pd.DataFrame, selectors: Sequence[str] | None = 
                  fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def _draw_start(ax, table: pd.DataFrame, names: Sequence[str], colors: dict, start) -> None:
+    """The shared starting point on the eval panel ``ax`` and a dotted line from it to each
+    selector's first evaluation (its mean over seeds)."""
+    for name in names:
+        first = seed_band(table[table["selector"] == name], "eval_accuracy")
+        if not first.empty:
+            ax.plot([0, first["step"].iloc[0]], [start.mean, first["mean"].iloc[0]],
+                    color=colors[name], lw=1.0, ls=":")
+    n = len(start.sources)
+    ax.errorbar([0], [start.mean], yerr=[[start.mean - start.lo], [start.hi - start.mean]],
+                fmt="o", color="black", ms=4, capsize=3, zorder=4,
+                label=f"start, measured once ({n} run{'s' if n > 1 else ''})")
 
 
 def plot_panels(table: pd.DataFrame, panels: Sequence[tuple[str, str, int]],

@@ -30,6 +30,7 @@ import json
 import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -278,6 +279,55 @@ def read_run(path: str | Path, selector: str | None = None, seed: int | None = N
     return table
 
 
+@dataclass(frozen=True)
+class StartPoint:
+    """The held-out accuracy of the weights every run starts from, measured once for all of
+    them by other runs' step-0 evaluations (for runs that evaluate no step 0 of their own).
+
+    ``sources``: run folder -> its step-0 accuracy; ``mean``, ``lo`` and ``hi`` (the range of
+    the measurements) are drawn at step 0.
+    """
+
+    sources: Mapping[str, float]
+    eval_taskset: str | None = None
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(list(self.sources.values())))
+
+    @property
+    def lo(self) -> float:
+        return float(min(self.sources.values()))
+
+    @property
+    def hi(self) -> float:
+        return float(max(self.sources.values()))
+
+    def table(self) -> pd.DataFrame:
+        """One row per measurement: ``run, step, eval_accuracy``."""
+        return pd.DataFrame({"run": list(self.sources), "step": 0,
+                             "eval_accuracy": list(self.sources.values())})
+
+
+def start_point(folders: Sequence[str | Path]) -> StartPoint:
+    """The step-0 held-out accuracy of the runs in ``folders`` as one :class:`StartPoint`;
+    each must have evaluated step 0, all on the same eval taskset."""
+    sources, tasksets = {}, set()
+    for folder in folders:
+        table = read_run(folder).dropna(subset=["eval_accuracy"])
+        at0 = table[table["step"] == 0]
+        if at0.empty:
+            raise RunError(f"{folder}: no held-out evaluation at step 0")
+        tasksets.add(at0["eval_taskset"].iloc[0] if "eval_taskset" in at0 else None)
+        sources[str(folder)] = float(at0["eval_accuracy"].iloc[0])
+    if not sources:
+        raise RunError("no runs given for the starting point")
+    if len(tasksets) > 1:
+        raise RunError(f"the step-0 evaluations of {', '.join(map(str, folders))} are on "
+                       f"different eval tasksets: {sorted(map(str, tasksets))}")
+    return StartPoint(sources, tasksets.pop())
+
+
 def load_runs(paths_: Sequence[str | Path], eval_taskset: str | None = None,
               progress: bool = True) -> pd.DataFrame:
     """Every run under ``paths_`` in one tidy table (a ``run`` column tells them apart).
@@ -324,7 +374,8 @@ BEHAVIOUR = (("response_length", "response tokens (per model call)"),
 
 def draw(table: pd.DataFrame, out_dir: str | Path | None = None, baseline: str = "random",
          eval_name: str = "eval accuracy", smooth: int = 5, prefix: str = "",
-         title: str | None = None, force: bool = True) -> dict[str, Any]:
+         title: str | None = None, force: bool = True,
+         start: StartPoint | None = None) -> dict[str, Any]:
     """The results figures and metrics of a tidy table.
 
     Returns ``{"figures": {name: Figure}, "files": {name: Path}, "summary": DataFrame or
@@ -338,6 +389,8 @@ def draw(table: pd.DataFrame, out_dir: str | Path | None = None, baseline: str =
     end, so a failure midway leaves an existing ``out_dir`` as it was
     (:class:`mathagent.outputs.OutputError`). ``force=False`` keeps a non-empty ``out_dir``
     (``OutputError`` before anything is written); the ``plot`` command passes ``--force``.
+    ``start``: the held-out accuracy every run starts from, measured once elsewhere
+    (:func:`start_point`), drawn at step 0 and written as ``start_point.csv``.
     """
     from mathagent import metrics, plots
     from mathagent.outputs import check_output, rebase, staged_output
@@ -345,7 +398,8 @@ def draw(table: pd.DataFrame, out_dir: str | Path | None = None, baseline: str =
     if out_dir is not None:
         check_output(out_dir, force)
     figs = {"training_curves": plots.plot_training_curves(table, eval_label=eval_name,
-                                                         smooth=smooth, title=title)}
+                                                         smooth=smooth, title=title,
+                                                         start=start)}
     if table["effective_task_ratio"].notna().any():
         figs["effective_task_ratio"] = plots.plot_etr(table, smooth=smooth, title=title)
     behaviour = [(column, label, smooth) for column, label in BEHAVIOUR
@@ -365,6 +419,9 @@ def draw(table: pd.DataFrame, out_dir: str | Path | None = None, baseline: str =
                 files[name] = plots.save_figure(fig, f"{prefix}{name}", tmp)
             table.to_csv(tmp / "results.csv", index=False)
             files["results"] = tmp / "results.csv"
+            if start is not None:
+                start.table().to_csv(tmp / "start_point.csv", index=False)
+                files["start_point"] = tmp / "start_point.csv"
             if out["summary"] is not None:
                 files.update(metrics.write_metrics(table, tmp, baseline=baseline))
         out["files"] = rebase(files, tmp, out_dir)

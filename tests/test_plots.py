@@ -53,6 +53,36 @@ def test_training_curves_draw_a_mean_line_and_band_per_selector():
     assert [ln.get_label() for ln in only.axes[1].lines] == ["bots"]
 
 
+def test_training_curves_draw_a_start_measured_once_at_step_0():
+    """Runs that evaluate no step 0 start from weights measured once elsewhere: the eval panel
+    shows that point at step 0 with the measurements' range, and a dotted line from it to each
+    selector's first evaluation; the legend names it."""
+    from mathagent.results import StartPoint
+
+    t = steps_table()
+    t.loc[t["step"] == 0, "eval_accuracy"] = np.nan       # no run evaluated step 0
+    start = StartPoint({"a": 0.04, "b": 0.05, "c": 0.06})
+    fig = plots.plot_training_curves(t, smooth=1, start=start)
+    right = fig.axes[1]
+    dotted = [ln for ln in right.lines if ln.get_linestyle() == ":"]
+    assert len(dotted) == 2
+    for line, sel in zip(dotted, ("random", "bots"), strict=True):
+        first = t[(t["selector"] == sel) & (t["step"] == 5)]["eval_accuracy"].mean()
+        np.testing.assert_allclose(line.get_ydata(), [0.05, first])
+        np.testing.assert_array_equal(line.get_xdata(), [0, 5])
+    point = [ln for ln in right.lines if ln.get_marker() == "o"]
+    assert len(point) == 1 and list(point[0].get_xdata()) == [0]
+    assert point[0].get_ydata()[0] == pytest.approx(0.05)
+    bars = right.containers[0]                                # the error bar: the range
+    segment = bars.lines[2][0].get_segments()[0]
+    np.testing.assert_allclose(segment[:, 1], [0.04, 0.06])
+    labels = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert labels == ["random", "bots", "start, measured once (3 runs)"]
+    # without it, nothing at step 0
+    plain = plots.plot_training_curves(t, smooth=1)
+    assert not [ln for ln in plain.axes[1].lines if ln.get_linestyle() == ":"]
+
+
 def test_seed_band_minmax_and_std():
     t = steps_table()
     mm = plots.seed_band(t, "eval_accuracy", "minmax")

@@ -205,6 +205,26 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
     again = script()
     assert again.returncode == 2 and "--force" in again.stderr
     assert script("--force").returncode == 0
+    # runs that evaluate no step 0 start from weights measured once by other runs' step-0
+    # evaluations on the same taskset: drawn at step 0 and written beside the figure
+    start_run = RUNS["difficulty_based"]
+    started = script("--force", "--start-from", str(start_run))
+    assert started.returncode == 0, started.stderr
+    at0 = results.read_run(start_run).query("step == 0")["eval_accuracy"].iloc[0]
+    drawn = pd.read_csv(out / "start_point.csv")
+    assert drawn[["run", "step"]].values.tolist() == [[str(start_run), 0]]
+    assert drawn["eval_accuracy"].iloc[0] == pytest.approx(at0)
+    # a run without a step-0 evaluation, or one on another taskset: one line, no figure
+    for bad, says in ((QWEN_MB2 / "random_seed0", "no held-out evaluation at step 0"),
+                      (QWEN_LONE / "difficulty_seed0",
+                       "evaluated 'eval-arithmetic-qwen' at step 0")):
+        refused = script("--force", "--start-from", str(bad))
+        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    assert (out / "start_point.csv").is_file()
+    again = script("--force")                  # drawn without it: the file no longer holds
+    assert again.returncode == 0 and not (out / "start_point.csv").exists()
+    assert "removed " in again.stdout
 
     # a later stretch adds seed 7: the tables beside the run folders cover both runs
     params = json.loads((run / "params.json").read_text())

@@ -260,10 +260,21 @@ def main() -> int:
                     help="figure title; the seeds are appended")
     ap.add_argument("--no-figures", action="store_true",
                     help="no tidy table, figures or metrics (runs of one selector and seed)")
+    ap.add_argument("--start-from", nargs="+", type=Path, metavar="RUN",
+                    help="runs whose step-0 held-out evaluation measured the weights these "
+                         "runs start from (for runs that evaluate no step 0): drawn at step 0 "
+                         "and written as start_point.csv")
     ap.add_argument("--local", type=Path, metavar="LOCAL_OUT",
                     help="also unpack local.tgz (train-local runs) into this folder")
     args = ap.parse_args()
 
+    start = None
+    if args.start_from:
+        try:
+            start = results.start_point(args.start_from)
+        except results.RunError as exc:
+            print(f"error: --start-from: {exc}", file=sys.stderr)
+            return 2
     apps = pd.read_csv(args.collected / "gpu_apps.csv", names=["t", "pid", "mib", "run"])
     args.out.mkdir(parents=True, exist_ok=True)
     specs = [spec.split("=", 1) for spec in args.runs]
@@ -291,12 +302,21 @@ def main() -> int:
     elif not args.no_figures:
         table = results.load_runs(folders, progress=False)
         seeds = ", ".join(str(x) for x in sorted(table["seed"].unique()))
+        evaluated_on = set(table["eval_taskset"].dropna().unique())
+        if start is not None and evaluated_on != {start.eval_taskset}:
+            print(f"error: --start-from: its runs evaluated {start.eval_taskset!r} at step 0, "
+                  f"the runs of {args.out} evaluate {sorted(evaluated_on)}", file=sys.stderr)
+            return 2
         with tempfile.TemporaryDirectory(dir=args.out) as tmp:
             drawn = results.draw(table, Path(tmp) / "d", eval_name=results.eval_label(table),
-                                 smooth=3, title=f"{args.title}, seed(s) {seeds}")
+                                 smooth=3, title=f"{args.title}, seed(s) {seeds}", start=start)
             for name, file in drawn["files"].items():
                 target = "trinity_h200.csv" if name == "results" else file.name
                 shutil.move(str(file), args.out / target)
+        stale = args.out / "start_point.csv"
+        if start is None and stale.is_file():   # drawn now without it: it no longer holds
+            stale.unlink()
+            print(f"removed {stale}: the figure was drawn without --start-from")
     print(split.to_string())
     print(startups.to_string())
     print(memory.to_string())
