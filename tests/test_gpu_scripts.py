@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import tarfile
+import threading
 import time
 from pathlib import Path
 
@@ -496,6 +497,51 @@ def test_start_begins_the_ray_heads_beside_the_export_and_each_train_after_it(tm
         assert "wrote " + str(w / "model") in done.stdout and "setup took" in done.stdout
     finally:
         _stop_monitor(w)
+
+
+def test_again_stops_a_failed_runs_processes_and_keeps_its_try(tmp_path):
+    """``again NAME`` ends run NAME's `train` session and its Ray head (through ``mathagent ray
+    stop`` in the run's environment), keeps the try's files under ``tries/NAME.1`` and leaves
+    the other runs, the model and the run's compile cache; a name with no run refuses in one
+    line before anything is stopped."""
+    w, calls, env = _stand_in_machine(tmp_path, STUB_PYTHON)
+    w.mkdir()
+    train = subprocess.Popen(["setsid", "bash", "-c", f"echo $$ > {w}/one.pid; exec sleep 300"])
+    threading.Thread(target=train.wait, daemon=True).start()   # reaped as soon as it ends
+    deadline = time.time() + hang_bound(10)
+    pid_file = w / "one.pid"
+    while not (pid_file.exists() and pid_file.read_text().strip()):
+        assert time.time() < deadline
+        time.sleep(0.05)
+    for name in ("one.t0", "one.log", "one.model", "two.pid", "two.log"):
+        (w / name).write_text("x\n")
+    for folder in ("runs/one/ray", "ckpt/one/job", "collect/one", "runs/two", "vllm_cache/one",
+                   "model"):
+        (w / folder).mkdir(parents=True)
+    try:
+        refused = subprocess.run(["bash", str(SCRIPT), "again", "one", "three"], env=env,
+                                 capture_output=True, text=True, timeout=hang_bound(60))
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+        assert "three is no run of this machine" in refused.stderr and train.poll() is None
+        done = subprocess.run(["bash", str(SCRIPT), "again", "one"], env=env,
+                              capture_output=True, text=True, timeout=hang_bound(120))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert train.wait(timeout=hang_bound(10)) == -15        # its session got SIGTERM
+        stops = [line.split(" ", 4) for line in calls.read_text().splitlines()
+                 if line.endswith("-m mathagent ray stop")]
+        assert [(label, runs) for _, label, _, runs, _ in stops] == [
+            ("one", str(w / "runs" / "one"))]
+        kept = w / "tries" / "one.1"
+        assert sorted(p.name for p in kept.iterdir()) == [
+            "ckpt", "collect", "one.log", "one.model", "one.pid", "one.t0", "runs"]
+        assert (kept / "runs" / "ray").is_dir() and (kept / "ckpt" / "job").is_dir()
+        assert not list(w.glob("one.*")) and not (w / "runs" / "one").exists()
+        assert (w / "two.pid").is_file() and (w / "runs" / "two").is_dir()
+        assert (w / "vllm_cache" / "one").is_dir() and (w / "model").is_dir()
+        assert f"its try is kept in {kept}" in done.stdout
+    finally:
+        if train.poll() is None:
+            os.killpg(train.pid, 15)
 
 
 def test_start_stops_when_the_export_fails(tmp_path):

@@ -38,6 +38,9 @@
 #                                                    set, it stops COLLECT_S (90) s before it
 #   bash scripts/gpu/trinity_h200.sh collect         pack each run's event files, configs and logs
 #                                                    into $OUT (default $W/out), finished or not
+#   bash scripts/gpu/trinity_h200.sh again NAME...   after a failed try: stop run NAME's processes,
+#                                                    keep its files in $W/tries/NAME.K; the next
+#                                                    `qwen`/`start` makes it anew (set-up ~30 s)
 #
 # RUN is NAME=CONFIG (e.g. random=configs/config_random_arithmetic.yaml); every run gets the
 # same extra train arguments from $TRAIN_ARGS, and run NAME also those in $ARGS_NAME. Runs share
@@ -145,7 +148,7 @@ qwen_pair() {
   specs=("${keep[@]}")
 }
 
-case "${1:?usage: trinity_h200.sh part|qpart|pilot|qwen|start|experiment|local|settings|wait|collect ...}" in
+case "${1:?usage: trinity_h200.sh part|qpart|pilot|qwen|start|experiment|local|settings|wait|collect|again ...}" in
 part)
   copy_part "${2:?DIR}"
   ;;
@@ -244,6 +247,31 @@ local)
     --time-limit "${LOCAL_MINUTES:-10}" --taskset data/arithmetic --model "$(ls "$B"/*.gguf)" \
     --out "$W/local/out" --work "$W/local/work" > "$W/local/train_runs.log" 2>&1 || true
   log "train-local: ended"; touch "$W/local/ended"
+  ;;
+again)
+  # runs NAME... once more on this machine after a failed try: stop what this script started
+  # for each (its `train` session, its Ray head and the processes the head recorded), keep the
+  # try's files in $W/tries/NAME.K, and leave the bundle, the model and the run's compile cache;
+  # then `qwen` (QWEN_ONLY=NAME) or `start` starts it anew
+  shift
+  if [ -f "$B/env.sh" ]; then source "$B/env.sh"; fi
+  for name in "${@:?NAME...}"; do
+    [ -f "$W/$name.pid" ] || { echo "again: $name is no run of this machine (no $W/$name.pid)" >&2; exit 2; }
+  done
+  for name in "$@"; do
+    if alive "$W/$name.pid"; then
+      kill -- "-$(cat "$W/$name.pid")" 2>/dev/null || kill "$(cat "$W/$name.pid")" 2>/dev/null || true
+    fi
+    run_env "$name"; python3 -m mathagent ray stop 2>&1 | tail -1 || true
+    for _ in $(seq 30); do alive "$W/$name.pid" || break; sleep 1; done
+    k=1; while [ -e "$W/tries/$name.$k" ]; do k=$((k + 1)); done
+    mkdir -p "$W/tries/$name.$k"
+    for f in "$W/$name".*; do mv "$f" "$W/tries/$name.$k/"; done
+    for d in runs ckpt collect; do
+      if [ -e "$W/$d/$name" ]; then mv "$W/$d/$name" "$W/tries/$name.$k/$d"; fi
+    done
+    log "$name: its try is kept in $W/tries/$name.$k; start it anew (qwen with QWEN_ONLY=$name, or start)"
+  done
   ;;
 wait)
   limit=${2:?SECONDS}; t0=$(date +%s); declare -A last
