@@ -109,10 +109,12 @@ def seed_band(table: pd.DataFrame, metric: str, band: str = "minmax",
 
 def plot_metric(table: pd.DataFrame, metric: str, ax=None, selectors: Sequence[str] | None = None,
                 band: str = "minmax", smooth: int = 1, colors: dict | None = None,
-                ylabel: str | None = None, legend: bool = True, styles: dict | None = None):
+                ylabel: str | None = None, legend: bool = True, styles: dict | None = None,
+                marker: str | None = None):
     """One panel: ``metric`` over steps, a mean line and a seed band per selector.
 
-    ``styles``: selector -> line style (default :data:`SELECTOR_STYLES`, else solid).
+    ``styles``: selector -> line style (default :data:`SELECTOR_STYLES`, else solid);
+    ``marker``: a marker on every point (for metrics measured at a few steps).
     """
     plt = _plt()
     _check(table, ("selector", "seed", "step", metric), f"plot_metric({metric!r})")
@@ -127,7 +129,7 @@ def plot_metric(table: pd.DataFrame, metric: str, ax=None, selectors: Sequence[s
             continue
         style = (styles or {}).get(name) or SELECTOR_STYLES.get(name, "-")
         ax.plot(s["step"], s["mean"], color=colors[name], label=name, lw=1.6, ls=style,
-                zorder=3 if style != "-" else 2)
+                zorder=3 if style != "-" else 2, marker=marker, ms=3.5)
         if (s["n"] > 1).any():
             ax.fill_between(s["step"], s["lo"], s["hi"], color=colors[name], alpha=0.15, lw=0)
     ax.set_xlabel("step")
@@ -168,8 +170,9 @@ def plot_training_curves(table: pd.DataFrame, selectors: Sequence[str] | None = 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
     plot_metric(table, "rollout_accuracy", left, names, band, smooth, colors,
                 "rollout accuracy", legend=False)
+    # evaluations come every few steps: each one marked, so that a lone one shows too
     plot_metric(table, "eval_accuracy", right, names, band, 1, colors, eval_label,
-                legend=False)
+                legend=False, marker="o")
     if start is not None:
         _draw_start(right, table, names, colors, start)
     left.set_title("rollout accuracy (training batches)")

@@ -42,6 +42,9 @@ def test_training_curves_draw_a_mean_line_and_band_per_selector():
     left, right = fig.axes
     assert [ln.get_label() for ln in right.lines] == ["random", "bots"]
     assert len(right.collections) == 2 and len(left.collections) == 2  # one band each
+    # each evaluation marked (they come every few steps), the training batches not
+    assert {ln.get_marker() for ln in right.lines} == {"o"}
+    assert {ln.get_marker() for ln in left.lines} == {"None"}
     # the eval line is the mean over seeds at the eval steps
     x, y = right.lines[1].get_data()
     want = t[t["selector"] == "bots"].dropna(subset=["eval_accuracy"]).groupby("step")[
@@ -70,8 +73,8 @@ def test_training_curves_draw_a_start_measured_once_at_step_0():
         first = t[(t["selector"] == sel) & (t["step"] == 5)]["eval_accuracy"].mean()
         np.testing.assert_allclose(line.get_ydata(), [0.05, first])
         np.testing.assert_array_equal(line.get_xdata(), [0, 5])
-    point = [ln for ln in right.lines if ln.get_marker() == "o"]
-    assert len(point) == 1 and list(point[0].get_xdata()) == [0]
+    point = [ln for ln in right.lines if list(ln.get_xdata()) == [0] and ln.get_marker() == "o"]
+    assert len(point) == 1
     assert point[0].get_ydata()[0] == pytest.approx(0.05)
     bars = right.containers[0]                                # the error bar: the range
     segment = bars.lines[2][0].get_segments()[0]
