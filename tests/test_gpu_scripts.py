@@ -114,6 +114,30 @@ def test_wait_follows_runs_only_and_marks_a_run_packed_while_it_goes_on(tmp_path
     assert span[0] == "1700000000" and span[2:] == ["running"]
 
 
+def test_wait_stops_following_a_run_whose_explorer_failed(tmp_path):
+    """A run whose explorer logged its failure goes on no more, though its process lives (a
+    trainer waiting for a weight sync): ``wait`` says so with the error, stops following it
+    and collects at once instead of at its limit."""
+    w, out = tmp_path / "w", tmp_path / "out"
+    make_work(w)
+    (w / "local" / "pid").unlink()                              # no train-local runs here
+    (w / "random_seed1.pid").write_text(f"{os.getpid()}\n")     # its process lives on
+    with (w / "random_seed1.log").open("a") as log:
+        log.write("\x1b[36m(Explorer pid=3)\x1b[0m ERROR 12-05 16:51:11 [explorer.py:308] "
+                  "Error in Explorer: Traceback (most recent call last):\n"
+                  "(vLLMRolloutModel pid=4) ERROR torch.OutOfMemoryError: CUDA out of memory. "
+                  "Tried to allocate 1.34 GiB.\n")
+    env = {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b")}
+    began = time.time()
+    done = subprocess.run(["bash", str(SCRIPT), "wait", "600"], env=env, capture_output=True,
+                          text=True, timeout=hang_bound(300))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert time.time() - began < 120                            # not its 600 s
+    assert "random_seed1 failed; its processes stay until `again random_seed1`" in done.stdout
+    assert "torch.OutOfMemoryError: CUDA out of memory" in done.stdout
+    assert "no run goes on" in done.stdout and (out / "random_seed1.tgz").is_file()
+
+
 def test_x8_collect_labels_gpu_samples_by_each_runs_span_even_while_one_runs(tmp_path):
     """The 8-GPU script's collect gives each GPU sample the run whose start-to-last-write span
     holds it, reading the span's first two words: a run packed while it goes on adds a third."""

@@ -288,7 +288,16 @@ wait)
       cur=$(grep -aoE "Explore step [0-9]+|Training at step [0-9]+ finished|Evaluation on \\S+ at step [0-9]+|Traceback" \
         "$W/$name.log" | tail -1 || true)
       [ "$cur" != "${last[$name]:-}" ] && { log "$name: $cur"; last[$name]=$cur; }
-      if alive "$pidf"; then running=$((running + 1))
+      # an explorer or trainer that logged its failure ends the run, though its processes
+      # (a trainer waiting for a weight sync that never comes) may live on: not followed
+      if alive "$pidf" && grep -aqE "Error in (Explorer|Trainer):" "$W/$name.log"; then
+        if [ -z "${last[$name.failed]:-}" ]; then
+          last[$name.failed]=1
+          log "$name failed; its processes stay until \`again $name\`; the error:"
+          grep -aE -A3 "Error in (Explorer|Trainer):" "$W/$name.log" | head -4 | cut -c1-300 || true
+          grep -aE "Error: |Error\(" "$W/$name.log" | grep -av "Error in " | tail -2 | cut -c1-400 || true
+        fi
+      elif alive "$pidf"; then running=$((running + 1))
       elif [ ! -f "$W/$name.ended" ]; then
         touch "$W/$name.ended"; log "$name ended; last lines:"
         grep -av "it/s\]" "$W/$name.log" | tail -n 15 | cut -c1-400 || true
@@ -302,7 +311,7 @@ wait)
     elif [ -f "$W/local/ended" ] && [ -z "${last[local_end]:-}" ]; then
       last[local_end]=1; log "train-local ended; last lines:"; tail -n 8 "$W/local/train_runs.log"
     fi
-    [ $running -eq 0 ] && { log "all runs ended"; break; }
+    [ $running -eq 0 ] && { log "no run goes on"; break; }
     [ $(( $(date +%s) - t0 )) -ge "$limit" ] && { log "$running run(s) still running"; break; }
     sleep 15
   done
