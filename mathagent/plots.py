@@ -174,13 +174,17 @@ def plot_training_curves(table: pd.DataFrame, selectors: Sequence[str] | None = 
     plot_metric(table, "eval_accuracy", right, names, band, 1, colors, eval_label,
                 legend=False, marker="o")
     if start is not None:
+        if table.loc[table["step"] == 0, "eval_accuracy"].notna().any():
+            raise ValueError("plot_training_curves: the runs evaluated step 0 themselves; a "
+                             "start measured elsewhere is for runs that did not")
         _draw_start(right, table, names, colors, start)
     left.set_title("rollout accuracy (training batches)")
     right.set_title(eval_label)
     handles, labels = left.get_legend_handles_labels()
     if start is not None:   # the starting point's marker, from the right panel
-        extra = right.get_legend_handles_labels()
-        handles, labels = handles + extra[0][-1:], labels + extra[1][-1:]
+        for handle, label in zip(*right.get_legend_handles_labels(), strict=True):
+            if label.startswith(START_LABEL):
+                handles, labels = [*handles, handle], [*labels, label]
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
                frameon=False)
     seeds = table[table["selector"].isin(names)].groupby("selector")["seed"].nunique()
@@ -189,6 +193,10 @@ def plot_training_curves(table: pd.DataFrame, selectors: Sequence[str] | None = 
                  fontsize=10)
     fig.tight_layout()
     return fig
+
+
+#: The legend's name of a start measured once for all runs (step-0 evaluations of others).
+START_LABEL = "start: step-0 evaluation"
 
 
 def _draw_start(ax, table: pd.DataFrame, names: Sequence[str], colors: dict, start) -> None:
@@ -202,7 +210,7 @@ def _draw_start(ax, table: pd.DataFrame, names: Sequence[str], colors: dict, sta
     n = len(start.sources)
     ax.errorbar([0], [start.mean], yerr=[[start.mean - start.lo], [start.hi - start.mean]],
                 fmt="o", color="black", ms=4, capsize=3, zorder=4,
-                label=f"start, measured once ({n} run{'s' if n > 1 else ''})")
+                label=f"{START_LABEL} ({n} other run{'s' if n > 1 else ''}, range)")
 
 
 def plot_panels(table: pd.DataFrame, panels: Sequence[tuple[str, str, int]],

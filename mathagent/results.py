@@ -291,6 +291,10 @@ class StartPoint:
     sources: Mapping[str, float]
     eval_taskset: str | None = None
 
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise RunError("a starting point needs at least one measurement")
+
     @property
     def mean(self) -> float:
         return float(np.mean(list(self.sources.values())))
@@ -314,14 +318,17 @@ def start_point(folders: Sequence[str | Path]) -> StartPoint:
     each must have evaluated step 0, all on the same eval taskset."""
     sources, tasksets = {}, set()
     for folder in folders:
+        if not Path(folder).is_dir():
+            raise RunError(f"{folder}: no such run folder")
         table = read_run(folder).dropna(subset=["eval_accuracy"])
         at0 = table[table["step"] == 0]
         if at0.empty:
             raise RunError(f"{folder}: no held-out evaluation at step 0")
+        if len(at0) > 1:
+            raise RunError(f"{folder}: {len(at0)} held-out evaluations at step 0; give one "
+                           "run's folder")
         tasksets.add(at0["eval_taskset"].iloc[0] if "eval_taskset" in at0 else None)
         sources[str(folder)] = float(at0["eval_accuracy"].iloc[0])
-    if not sources:
-        raise RunError("no runs given for the starting point")
     if len(tasksets) > 1:
         raise RunError(f"the step-0 evaluations of {', '.join(map(str, folders))} are on "
                        f"different eval tasksets: {sorted(map(str, tasksets))}")

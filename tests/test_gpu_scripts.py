@@ -125,16 +125,21 @@ def test_wait_stops_following_a_run_whose_explorer_failed(tmp_path):
     with (w / "random_seed1.log").open("a") as log:
         log.write("\x1b[36m(Explorer pid=3)\x1b[0m ERROR 12-05 16:51:11 [explorer.py:308] "
                   "Error in Explorer: Traceback (most recent call last):\n"
-                  "(vLLMRolloutModel pid=4) ERROR torch.OutOfMemoryError: CUDA out of memory. "
-                  "Tried to allocate 1.34 GiB.\n")
+                  "(vLLMRolloutModel pid=4) (Worker pid=5) ERROR 12-05 16:51:11 [x.py:987] "
+                  "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.34 GiB.\n"
+                  "(WorkflowRunner pid=9) ValueError: the judge failed\n")
     env = {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b")}
     began = time.time()
     done = subprocess.run(["bash", str(SCRIPT), "wait", "600"], env=env, capture_output=True,
                           text=True, timeout=hang_bound(300))
     assert done.returncode == 0, done.stdout + done.stderr
     assert time.time() - began < 120                            # not its 600 s
-    assert "random_seed1 failed; its processes stay until `again random_seed1`" in done.stdout
-    assert "torch.OutOfMemoryError: CUDA out of memory" in done.stdout
+    assert ("random_seed1 failed; what is left of it stays until `again random_seed1`"
+            in done.stdout)
+    # the cause, a process's error at level ERROR, not a runner's printed exception
+    assert "[x.py:987] torch.OutOfMemoryError: CUDA out of memory" in done.stdout
+    assert "Error in Explorer: Traceback" in done.stdout
+    assert "the judge failed" not in done.stdout
     assert "no run goes on" in done.stdout and (out / "random_seed1.tgz").is_file()
 
 
@@ -546,7 +551,10 @@ def test_again_stops_a_failed_runs_processes_and_keeps_its_try(tmp_path):
         refused = subprocess.run(["bash", str(SCRIPT), "again", "one", "three"], env=env,
                                  capture_output=True, text=True, timeout=hang_bound(60))
         assert refused.returncode == 2 and refused.stderr.count("\n") == 1
-        assert "three is no run of this machine" in refused.stderr and train.poll() is None
+        assert "three is no run of this machine" in refused.stderr
+        time.sleep(0.2)
+        assert Path(f"/proc/{train.pid}").exists()              # nothing was stopped
+        assert "State:\tZ" not in Path(f"/proc/{train.pid}/status").read_text()
         done = subprocess.run(["bash", str(SCRIPT), "again", "one"], env=env,
                               capture_output=True, text=True, timeout=hang_bound(120))
         assert done.returncode == 0, done.stdout + done.stderr
@@ -566,6 +574,43 @@ def test_again_stops_a_failed_runs_processes_and_keeps_its_try(tmp_path):
     finally:
         if train.poll() is None:
             os.killpg(train.pid, 15)
+
+
+def test_again_leaves_a_run_whose_ray_head_outlived_its_stop(tmp_path):
+    """When ``mathagent ray stop`` says processes of the run's head are still running,
+    ``again`` moves none of the run's files (the head's record among them) and fails."""
+    stub = STUB_PYTHON.replace(
+        '  "-c "*) echo "versions: stub" ;;',
+        '  "-m mathagent ray stop"*) echo "still running: [99] (the record is kept)" >&2; '
+        'exit 1 ;;\n  "-c "*) echo "versions: stub" ;;')
+    w, calls, env = _stand_in_machine(tmp_path, stub)
+    (w / "runs" / "one" / "ray").mkdir(parents=True)
+    (w / "one.pid").write_text(f"{gone_pid()}\n")
+    (w / "one.log").write_text("x\n")
+    done = subprocess.run(["bash", str(SCRIPT), "again", "one"], env=env, capture_output=True,
+                          text=True, timeout=hang_bound(60))
+    assert done.returncode == 1
+    assert "its Ray head's processes outlived `ray stop`" in done.stderr
+    assert (w / "one.pid").is_file() and (w / "runs" / "one" / "ray").is_dir()
+    assert not (w / "tries").exists()
+
+
+def test_start_keeps_the_project_copy_a_live_run_works_in(tmp_path):
+    """A run made again beside another that goes on: ``start`` leaves the project copy the
+    live run works in, and says so."""
+    w, calls, env = _stand_in_machine(tmp_path, STUB_PYTHON)
+    (w / "proj").mkdir(parents=True)
+    (w / "proj" / "in_use").write_text("the live run's\n")
+    (w / "two.pid").write_text(f"{os.getpid()}\n")
+    (w / "model").mkdir()
+    try:
+        done = subprocess.run(["bash", str(SCRIPT), "start", "one=configs/a.yaml"], env=env,
+                              capture_output=True, text=True, timeout=hang_bound(120))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (w / "proj" / "in_use").is_file() and not (w / "proj" / "mathagent").exists()
+        assert f"the project copy {w}/proj is kept: run(s) two work in it" in done.stdout
+    finally:
+        _stop_monitor(w)
 
 
 def test_start_stops_when_the_export_fails(tmp_path):

@@ -80,7 +80,10 @@ def test_training_curves_draw_a_start_measured_once_at_step_0():
     segment = bars.lines[2][0].get_segments()[0]
     np.testing.assert_allclose(segment[:, 1], [0.04, 0.06])
     labels = [text.get_text() for text in fig.legends[0].get_texts()]
-    assert labels == ["random", "bots", "start, measured once (3 runs)"]
+    assert labels == ["random", "bots", "start: step-0 evaluation (3 other runs, range)"]
+    # runs that evaluated step 0 themselves need none
+    with pytest.raises(ValueError, match="evaluated step 0 themselves"):
+        plots.plot_training_curves(steps_table(), start=start)
     # without it, nothing at step 0
     plain = plots.plot_training_curves(t, smooth=1)
     assert not [ln for ln in plain.axes[1].lines if ln.get_linestyle() == ":"]

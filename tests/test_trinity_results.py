@@ -168,7 +168,9 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
         f"{stamp},10,2048,diff\n{stamp},11,1024,diff\n{stamp + 5},10,4096,diff\n"
         f"{stamp + 5},11,1024,diff\n{stamp + 5},99,9999,other\n"
         # a second monitor on the machine: the same sample twice, a moment apart
-        f"{stamp + 5},10,3900,diff\n")
+        f"{stamp + 5},10,3900,diff\n"
+        # an earlier try of the run on the machine, before this one's `train`
+        f"{stamp - 60},7,70000,diff\n")
     out = tmp_path / "out"
 
     def script(*extra: str) -> subprocess.CompletedProcess:
@@ -186,7 +188,7 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
     memory = pd.read_csv(out / "gpu_memory.csv", index_col=0)["difficulty_seed42"]
     assert memory["trainer (FSDP actor + reference)"] == 4.0  # pid 10, its peak
     assert memory["vLLM engine worker"] == 1.0
-    # other runs not counted, a process's sample counted once
+    # other runs and an earlier try not counted, a process's sample counted once
     assert memory["run, all processes (sum at one time)"] == 5.0
     phases = pd.read_csv(out / "phase_times.csv", index_col=0)["difficulty_seed42"]
     assert phases["whole step (log: one explore start to the next)"] == 17.0  # 16 s, 18 s
@@ -205,26 +207,11 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
     again = script()
     assert again.returncode == 2 and "--force" in again.stderr
     assert script("--force").returncode == 0
-    # runs that evaluate no step 0 start from weights measured once by other runs' step-0
-    # evaluations on the same taskset: drawn at step 0 and written beside the figure
-    start_run = RUNS["difficulty_based"]
-    started = script("--force", "--start-from", str(start_run))
-    assert started.returncode == 0, started.stderr
-    at0 = results.read_run(start_run).query("step == 0")["eval_accuracy"].iloc[0]
-    drawn = pd.read_csv(out / "start_point.csv")
-    assert drawn[["run", "step"]].values.tolist() == [[str(start_run), 0]]
-    assert drawn["eval_accuracy"].iloc[0] == pytest.approx(at0)
-    # a run without a step-0 evaluation, or one on another taskset: one line, no figure
-    for bad, says in ((QWEN_MB2 / "random_seed0", "no held-out evaluation at step 0"),
-                      (QWEN_LONE / "difficulty_seed0",
-                       "evaluated 'eval-arithmetic-qwen' at step 0")):
-        refused = script("--force", "--start-from", str(bad))
-        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
-        assert len(refused.stderr.strip().splitlines()) == 1
-    assert (out / "start_point.csv").is_file()
-    again = script("--force")                  # drawn without it: the file no longer holds
-    assert again.returncode == 0 and not (out / "start_point.csv").exists()
-    assert "removed " in again.stdout
+    # runs that evaluated step 0 themselves take no start measured elsewhere
+    own = script("--force", "--start-from", str(RUNS["difficulty_based"]))
+    assert own.returncode == 2 and "evaluated step 0 themselves" in own.stderr
+    assert len(own.stderr.strip().splitlines()) == 1
+
 
     # a later stretch adds seed 7: the tables beside the run folders cover both runs
     params = json.loads((run / "params.json").read_text())
@@ -989,15 +976,17 @@ def test_the_qwen_micro_batch_readme_states_what_its_runs_and_logs_hold():
     assert here.loc["train command ends"].isna().all()   # packed while they went on
     load = "vLLM worker loads the model"
     spans = [here.loc["vLLM engine ready", c] - here.loc[load, c] for c in here.columns]
-    assert (f"took {spans[0]:.2f} and {spans[1]:.2f} minutes, against "
-            f"{step5['vLLM engine ready'] - step5[load]:.2f} when it compiled") in flat
+    assert (f"took {spans[0]:.2f} minutes (micro-batches of 2) and {spans[1]:.2f} (the first "
+            f"try), against {step5['vLLM engine ready'] - step5[load]:.2f} when it compiled") \
+        in flat
     sooner = step5["step 1 starts"] - here.loc["step 1 starts"]
     assert f"{sooner.min():.2f}-{sooner.max():.2f} minutes sooner" in flat
     logs = [(QWEN_MB2 / f).read_text() for f in ("follow_mb4_try.log", "follow.log")]
     assert all("random_qwen_seed0: vLLM starts from the carried compile cache" in log
                for log in logs)
     took = [re.search(r"setup took (\d+) s", log)[1] for log in logs]
-    assert f"Set-up took {took[0]} and {took[1]} s" in flat
+    assert (f"Set-up took {took[0]} s (the first try) and {took[1]} s (micro-batches of 2)"
+            in flat)
     # step time, its split and the memory peaks
     steps_s = list(json.loads((run / "timings.json").read_text())["whole_step_s"].values())
     assert ("Steps 1-9 took " + ", ".join(f"{s:.0f}" for s in steps_s[:-1])
@@ -1017,7 +1006,10 @@ def test_the_qwen_micro_batch_readme_states_what_its_runs_and_logs_hold():
     evaluation = pd.read_csv(QWEN_MB2 / "phase_times.csv", index_col=0).loc["evaluation"]
     assert f"evaluated in {evaluation['random_seed0']:.0f} s): **{acc:.3f}**" in flat
     bound = 0.5 / np.sqrt(660)
-    assert f"at most {bound:.3f} (0.5/sqrt(660)" in flat
+    assert f"at most {bound:.4f} (0.5/sqrt(660)" in flat
+    # the step-8 evaluation comes before step 8's weight sync: the policy after 7 updates
+    versions = results.read_scalars(run).query("tag == 'rollout/model_version'")
+    assert versions.set_index("step")["value"][8] == 7 and "the rise after 7 updates" in flat
     assert (acc - 0.168) / bound > 8 and "more than eight times that" in flat
     steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
     assert ", ".join(f"{r:.3f}" for r in steps["mean_reward"]) + " (steps 1-10" in flat
@@ -1027,8 +1019,8 @@ def test_the_qwen_micro_batch_readme_states_what_its_runs_and_logs_hold():
     median = pd.read_csv(QWEN_MB2 / "phase_times.csv", index_col=0).loc[
         "whole step (log: one explore start to the next)", "random_seed0"]
     assert steps.index.max() == 10
-    assert (f"with 2 a run went through 10 steps at {median:.0f} s a step, the held-out "
-            f"accuracy {acc:.3f} at step 8") in readme_top
+    assert (f"with 2 a run explored 10 steps and trained 9 at {median:.0f} s a step, the "
+            f"held-out accuracy {acc:.3f} at step 8") in readme_top
     peaks = [reserved, *(r for r, _ in earlier)]
     in_use = [used, *(u for _, u in earlier)]
     for name in ("config_random_qwen.yaml", "config_difficulty_qwen.yaml"):
@@ -1039,6 +1031,78 @@ def test_the_qwen_micro_batch_readme_states_what_its_runs_and_logs_hold():
         step = pd.read_csv(QWEN_MB2 / "phase_times.csv", index_col=0).iloc[-1, 0]
         assert f"with 2 it held {reserved2:.1f} GiB through 9 updates at {step:.0f} s a step" \
             in text
+
+
+def test_results_script_draws_the_start_of_runs_that_evaluate_no_step_0(tmp_path):
+    """Runs that evaluate no step 0 start from weights measured once by other runs' step-0
+    evaluations on the same taskset (``--start-from``): drawn at step 0 and written as
+    ``start_point.csv``; a start that cannot hold is refused in one line."""
+    src = QWEN_MB2 / "random_seed0"                   # evaluated at step 8 only
+    run = tmp_path / "stage" / "qwen"
+    run.mkdir(parents=True)
+    shutil.copytree(src / "monitor", run / "monitor")
+    for name in ("params.json", "launched_config.yaml", "explorer_meta.json"):
+        shutil.copyfile(src / name, run / name)
+    (run / "train.log").write_text((src / "train_log_excerpt.txt").read_text())
+    (run / "start_end_epoch.txt").write_text("1796490040 1796490753 running")
+    collected = tmp_path / "collected"
+    collected.mkdir()
+    with tarfile.open(collected / "qwen.tgz", "w:gz") as tar:
+        tar.add(run, arcname="qwen")
+    (collected / "gpu_apps.csv").write_text("1796490100,10,2048,qwen\n")
+    out = tmp_path / "out"
+    base = [paths.RESULTS_DIR / "trinity_h200_qwen_cache" / "random_seed0",
+            QWEN_LONE / "difficulty_seed0"]
+
+    def script(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(SCRIPT), str(collected), str(out), "--runs",
+                               "qwen=random_seed0", "--force", *extra], capture_output=True,
+                              text=True, timeout=hang_bound(300), cwd=paths.REPO_ROOT)
+
+    done = script("--start-from", *map(str, base))
+    assert done.returncode == 0, done.stderr
+    drawn = pd.read_csv(out / "start_point.csv")
+    assert drawn["run"].tolist() == list(map(str, base)) and set(drawn["step"]) == {0}
+    assert drawn["eval_accuracy"].tolist() == pytest.approx(
+        [results.read_run(r).query("step == 0")["eval_accuracy"].iloc[0] for r in base])
+    assert (out / "training_curves.png").is_file()
+    # another taskset, a run without a step-0 evaluation, or no figures: one line each
+    for extra, says in ((["--start-from", str(RUNS["difficulty_based"])],
+                         "evaluated 'eval-arithmetic' at step 0"),
+                        (["--start-from", str(src)], "no held-out evaluation at step 0"),
+                        (["--start-from", str(base[0]), "--no-figures"],
+                         "which --no-figures leaves out")):
+        refused = script(*extra)
+        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    assert (out / "start_point.csv").is_file()
+    again = script()                           # drawn without it: the file no longer holds
+    assert again.returncode == 0 and not (out / "start_point.csv").exists()
+    assert "removed " in again.stdout
+
+
+def test_a_start_point_is_other_runs_step0_evaluations_on_one_taskset(tmp_path):
+    """``start_point`` gathers step-0 held-out accuracies; it refuses, in one line naming the
+    folder, a folder that does not exist, one without a step-0 evaluation and a mix of eval
+    tasksets; one measurement is a point without a range."""
+    qwen = [paths.RESULTS_DIR / "trinity_h200_qwen_cache" / "random_seed0",
+            QWEN_LONE / "difficulty_seed0"]
+    start = results.start_point(qwen)
+    at0 = [results.read_run(r).query("step == 0")["eval_accuracy"].iloc[0] for r in qwen]
+    assert start.eval_taskset == "eval-arithmetic-qwen"
+    assert (start.lo, start.hi) == (min(at0), max(at0))
+    assert start.mean == pytest.approx(np.mean(at0))
+    assert start.table()["eval_accuracy"].tolist() == at0
+    one = results.start_point(qwen[:1])
+    assert one.lo == one.mean == one.hi == at0[0]
+    with pytest.raises(results.RunError, match="different eval tasksets"):
+        results.start_point([*qwen, RUNS["difficulty_based"]])
+    with pytest.raises(results.RunError, match="no such run folder"):
+        results.start_point([tmp_path / "nowhere"])
+    with pytest.raises(results.RunError, match="no held-out evaluation at step 0"):
+        results.start_point([QWEN_MB2 / "random_seed0"])
+    with pytest.raises(results.RunError, match="at least one"):
+        results.StartPoint({})
 
 
 def test_the_base_model_accuracy_the_qwen_configs_cite_is_what_three_runs_measured():

@@ -59,9 +59,17 @@ setup_begin() {
   # whether this machine's processes write the bytecode of what they import (the bundle's is
   # written at install; the project's own modules are compiled by each process if not)
   log "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-(unset)}"
-  rm -rf "$W/proj"; mkdir -p "$W/proj"
-  tar --exclude=./.gpubundle --exclude=./.qwenparts --exclude=./.git --exclude=./.venv \
-    --exclude=./runs --exclude=./.gpucache -cf - . | tar -xf - -C "$W/proj"
+  # the project copy the runs work in; kept while a run started earlier still works in it
+  # (a run made again beside it)
+  local pidf live=""
+  for pidf in "$W"/*.pid; do if alive "$pidf"; then live="$live $(basename "$pidf" .pid)"; fi; done
+  if [ -n "$live" ]; then
+    log "the project copy $W/proj is kept: run(s)$live work in it"
+  else
+    rm -rf "$W/proj"; mkdir -p "$W/proj"
+    tar --exclude=./.gpubundle --exclude=./.qwenparts --exclude=./.git --exclude=./.venv \
+      --exclude=./runs --exclude=./.gpucache -cf - . | tar -xf - -C "$W/proj"
+  fi
   cd "$W/proj"
   export PYTHONPATH="$W/proj:$PYTHONPATH"
   if [ -z "${SKIP_EXPORT:-}" ] && [ ! -d "${MODEL_DIR:-$W/model}" ]; then

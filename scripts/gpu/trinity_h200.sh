@@ -259,11 +259,17 @@ again)
     [ -f "$W/$name.pid" ] || { echo "again: $name is no run of this machine (no $W/$name.pid)" >&2; exit 2; }
   done
   for name in "$@"; do
-    if alive "$W/$name.pid"; then
-      kill -- "-$(cat "$W/$name.pid")" 2>/dev/null || kill "$(cat "$W/$name.pid")" 2>/dev/null || true
+    # the `train` session (setsid: its id is its process group's), then its Ray head and what
+    # the head recorded (mathagent ray stop escalates to SIGKILL itself)
+    if alive "$W/$name.pid"; then kill -- "-$(cat "$W/$name.pid")" 2>/dev/null || true; fi
+    run_env "$name"
+    said=$(python3 -m mathagent ray stop 2>&1 || true); echo "$said" | tail -1
+    if echo "$said" | grep -q "still running:"; then
+      echo "again: $name: its Ray head's processes outlived \`ray stop\`; its files stay where they are" >&2
+      exit 1
     fi
-    run_env "$name"; python3 -m mathagent ray stop 2>&1 | tail -1 || true
     for _ in $(seq 30); do alive "$W/$name.pid" || break; sleep 1; done
+    if alive "$W/$name.pid"; then kill -KILL -- "-$(cat "$W/$name.pid")" 2>/dev/null || true; sleep 1; fi
     k=1; while [ -e "$W/tries/$name.$k" ]; do k=$((k + 1)); done
     mkdir -p "$W/tries/$name.$k"
     for f in "$W/$name".*; do mv "$f" "$W/tries/$name.$k/"; done
@@ -290,12 +296,14 @@ wait)
       [ "$cur" != "${last[$name]:-}" ] && { log "$name: $cur"; last[$name]=$cur; }
       # an explorer or trainer that logged its failure ends the run, though its processes
       # (a trainer waiting for a weight sync that never comes) may live on: not followed
-      if alive "$pidf" && grep -aqE "Error in (Explorer|Trainer):" "$W/$name.log"; then
+      if alive "$pidf" && grep -aqE "\[(explorer|trainer)\.py:[0-9]+\] Error in (Explorer|Trainer):" "$W/$name.log"; then
         if [ -z "${last[$name.failed]:-}" ]; then
           last[$name.failed]=1
-          log "$name failed; its processes stay until \`again $name\`; the error:"
-          grep -aE -A3 "Error in (Explorer|Trainer):" "$W/$name.log" | head -4 | cut -c1-300 || true
-          grep -aE "Error: |Error\(" "$W/$name.log" | grep -av "Error in " | tail -2 | cut -c1-400 || true
+          log "$name failed; what is left of it stays until \`again $name\`; the error:"
+          grep -aE "\[(explorer|trainer)\.py:[0-9]+\] Error in (Explorer|Trainer):" "$W/$name.log" \
+            | head -1 | cut -c1-300 || true
+          # the exception a process logged at level ERROR last (the cause, e.g. vLLM's)
+          grep -aE " ERROR .*[A-Za-z]+(Error|Exception): " "$W/$name.log" | tail -1 | cut -c1-400 || true
         fi
       elif alive "$pidf"; then running=$((running + 1))
       elif [ ! -f "$W/$name.ended" ]; then

@@ -187,7 +187,8 @@ def add_run(collected: Path, name: str, dest: Path, apps: pd.DataFrame) -> None:
     (dest / "trinity_config_runtime.txt").write_text(runtime_config(log))
     timings = {
         "startup_min": {**startup(log, t0), "train command ends": round((ended - t0) / 60, 2)},
-        "gpu_memory_gib": gpu_memory(apps, log, name),
+        # from its `train` on: an earlier try of the run on the machine (`again`) has its label
+        "gpu_memory_gib": gpu_memory(apps[apps["t"] >= t0], log, name),
         "whole_step_s": step_seconds(log, t0).to_dict(),
     }
     (dest / TIMINGS).write_text(json.dumps(timings, indent=1) + "\n")
@@ -269,6 +270,10 @@ def main() -> int:
     args = ap.parse_args()
 
     start = None
+    if args.start_from and args.no_figures:
+        print("error: --start-from is drawn in the figures, which --no-figures leaves out",
+              file=sys.stderr)
+        return 2
     if args.start_from:
         try:
             start = results.start_point(args.start_from)
@@ -302,10 +307,15 @@ def main() -> int:
     elif not args.no_figures:
         table = results.load_runs(folders, progress=False)
         seeds = ", ".join(str(x) for x in sorted(table["seed"].unique()))
-        evaluated_on = set(table["eval_taskset"].dropna().unique())
+        evaluated_on = (set(table["eval_taskset"].dropna().unique())
+                        if "eval_taskset" in table else set())
         if start is not None and evaluated_on != {start.eval_taskset}:
             print(f"error: --start-from: its runs evaluated {start.eval_taskset!r} at step 0, "
                   f"the runs of {args.out} evaluate {sorted(evaluated_on)}", file=sys.stderr)
+            return 2
+        if start is not None and table.loc[table["step"] == 0, "eval_accuracy"].notna().any():
+            print(f"error: --start-from: the runs of {args.out} evaluated step 0 themselves",
+                  file=sys.stderr)
             return 2
         with tempfile.TemporaryDirectory(dir=args.out) as tmp:
             drawn = results.draw(table, Path(tmp) / "d", eval_name=results.eval_label(table),
