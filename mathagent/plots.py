@@ -174,9 +174,7 @@ def plot_training_curves(table: pd.DataFrame, selectors: Sequence[str] | None = 
     plot_metric(table, "eval_accuracy", right, names, band, 1, colors, eval_label,
                 legend=False, marker="o")
     if start is not None:
-        if table.loc[table["step"] == 0, "eval_accuracy"].notna().any():
-            raise ValueError("plot_training_curves: the runs evaluated step 0 themselves; a "
-                             "start measured elsewhere is for runs that did not")
+        start.check(table)
         _draw_start(right, table, names, colors, start)
     left.set_title("rollout accuracy (training batches)")
     right.set_title(eval_label)

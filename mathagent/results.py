@@ -307,6 +307,18 @@ class StartPoint:
     def hi(self) -> float:
         return float(max(self.sources.values()))
 
+    def check(self, table: pd.DataFrame) -> None:
+        """Refuse (:class:`RunError`) runs this start is not for: runs that evaluated step 0
+        themselves, or that evaluate another taskset than its step-0 evaluations did."""
+        if table.loc[table["step"] == 0, "eval_accuracy"].notna().any():
+            raise RunError("the runs evaluated step 0 themselves; a start measured elsewhere is "
+                           "for runs that did not")
+        evaluated_on = (set(table["eval_taskset"].dropna().unique())
+                        if "eval_taskset" in table else set())
+        if self.eval_taskset is not None and evaluated_on and evaluated_on != {self.eval_taskset}:
+            raise RunError(f"the start's runs evaluated {self.eval_taskset!r} at step 0, these "
+                           f"runs evaluate {sorted(evaluated_on)}")
+
     def table(self) -> pd.DataFrame:
         """One row per measurement: ``run, step, eval_accuracy``."""
         return pd.DataFrame({"run": list(self.sources), "step": 0,
@@ -397,7 +409,8 @@ def draw(table: pd.DataFrame, out_dir: str | Path | None = None, baseline: str =
     (:class:`mathagent.outputs.OutputError`). ``force=False`` keeps a non-empty ``out_dir``
     (``OutputError`` before anything is written); the ``plot`` command passes ``--force``.
     ``start``: the held-out accuracy every run starts from, measured once elsewhere
-    (:func:`start_point`), drawn at step 0 and written as ``start_point.csv``.
+    (:func:`start_point`), drawn at step 0 and written as ``start_point.csv``
+    (:class:`RunError` for runs it is not for: :meth:`StartPoint.check`).
     """
     from mathagent import metrics, plots
     from mathagent.outputs import check_output, rebase, staged_output
