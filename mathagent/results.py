@@ -320,9 +320,26 @@ class StartPoint:
                            f"runs evaluate {sorted(evaluated_on)}")
 
     def table(self) -> pd.DataFrame:
-        """One row per measurement: ``run, step, eval_accuracy``."""
+        """One row per measurement: ``run, step, eval_accuracy, eval_taskset``."""
         return pd.DataFrame({"run": list(self.sources), "step": 0,
-                             "eval_accuracy": list(self.sources.values())})
+                             "eval_accuracy": list(self.sources.values()),
+                             "eval_taskset": self.eval_taskset})
+
+    @classmethod
+    def read(cls, file: str | Path) -> StartPoint:
+        """The start a results folder was drawn from (its ``start_point.csv``, written by
+        :func:`draw`); a file that is missing or not such a table is one :class:`RunError`."""
+        try:
+            table = pd.read_csv(file, float_precision="round_trip")
+            sources = {str(r): float(a) for r, a in zip(table["run"], table["eval_accuracy"],
+                                                          strict=True)}
+            tasksets = set(table["eval_taskset"].dropna()) if "eval_taskset" in table else set()
+        except (OSError, KeyError, ValueError, pd.errors.ParserError) as exc:
+            raise RunError(f"{file}: not a start point written by draw ({exc})") from None
+        if len(tasksets) > 1 or any(np.isnan(a) for a in sources.values()):
+            raise RunError(f"{file}: not a start point written by draw (one eval taskset and "
+                           "an accuracy on every row)")
+        return cls(sources, tasksets.pop() if tasksets else None)
 
 
 def start_point(folders: Sequence[str | Path]) -> StartPoint:

@@ -24,7 +24,7 @@ import math
 import os
 import re
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -242,6 +242,46 @@ def pilot_table(folder: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows).T.fillna("-")
 
 
+def experiment_progress(folder: str | Path, configs: Mapping[str, str | Path],
+                        seeds: Sequence[int]) -> pd.DataFrame:
+    """Where an experiment stands: one row per planned run (each selector of ``configs``, its
+    config file, x ``seeds``), in the plan's order, with the steps it trained out of its
+    config's ``buffer.total_steps`` and its held-out accuracy at each evaluation (three
+    decimals; ``-`` where it has none). A planned run not in ``folder`` yet says so; a run in
+    ``folder`` that the plan does not name is refused, naming its folder."""
+    import yaml
+
+    from mathagent.results import find_runs, read_run
+
+    folder = Path(folder)
+    runs: dict[tuple[str, int], pd.DataFrame] = {}
+    for run in (find_runs(folder) if folder.is_dir() else []):
+        table = read_run(run)
+        key = (str(table["selector"].iloc[0]), int(table["seed"].iloc[0]))
+        if key[0] not in configs or key[1] not in seeds:
+            raise RunError(f"{run}: {key[0]} seed {key[1]} is not a run of the plan "
+                           f"({', '.join(configs)} x seeds {', '.join(map(str, seeds))})")
+        runs[key] = table
+    rows = []
+    for selector, config in configs.items():
+        try:
+            total = int(yaml.safe_load(Path(config).read_text())["buffer"]["total_steps"])
+        except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError) as exc:
+            raise RunError(f"{config}: no buffer.total_steps ({exc})") from None
+        for seed in seeds:
+            row = {"selector": selector, "seed": seed}
+            table = runs.get((selector, seed))
+            if table is None:
+                row["steps trained"] = f"not run yet (of {total})"
+            else:
+                row["steps trained"] = f"{int(table['step'].max())} of {total}"
+                evals = table.dropna(subset=["eval_accuracy"])
+                for step, acc in evals[["step", "eval_accuracy"]].values:
+                    row[f"held-out accuracy, step {int(step)}"] = f"{acc:.3f}"
+            rows.append(row)
+    return pd.DataFrame(rows).fillna("-")
+
+
 def whole_step(folder: str | Path) -> str:
     """The range of the median whole-step seconds of a results folder's runs
     (``phase_times.csv`` of Trinity runs, ``step_times.csv`` of ``train-local`` runs)."""
@@ -289,21 +329,32 @@ def saved_replies(run: str | Path, steps: int = 2) -> pd.DataFrame:
         drop=True)
 
 
-def replies_text(replies: pd.DataFrame, width: int = 100, max_chars: int = 240) -> str:
-    """The replies of :func:`saved_replies` as text, one block per step."""
+def replies_text(replies: pd.DataFrame, width: int = 100, max_chars: int = 240,
+                 tasks: int | None = None) -> str:
+    """The replies of :func:`saved_replies` as text: per step, each task's question once and
+    then its replies (``train-local`` keeps two replies of one task a step; a Trinity run one
+    reply of each of the batch's tasks). ``tasks``: at most this many tasks a step, the rest
+    counted in one line."""
     lines = []
     for step, group in replies.groupby("step", sort=True):
-        first = group.iloc[0]
-        truth = first["truth"]  # Trinity's buffer keeps none (scripts/gpu/buffer_samples.py)
-        known = truth is not None and not (isinstance(truth, float) and math.isnan(truth))
-        lines.append(f"step {step}: {first['question']}" + (f" (truth {truth})" if known else ""))
-        for _, r in group.iterrows():
-            text = " ".join(str(r["response"]).split())
-            if len(text) > max_chars:
-                text = text[:max_chars] + " ..."
-            body = textwrap.fill(text, width, initial_indent="      ",
-                                 subsequent_indent="      ")
-            lines.append(f"  reward {r['reward']:g}, {r['words']} words:\n{body}")
+        questions = list(dict.fromkeys(group["question"]))
+        shown = questions if tasks is None else questions[:tasks]
+        for question in shown:
+            same = group[group["question"] == question]
+            truth = same.iloc[0]["truth"]  # Trinity's buffer keeps none (buffer_samples.py)
+            known = truth is not None and not (isinstance(truth, float) and math.isnan(truth))
+            lines.append(f"step {step}: {question}" + (f" (truth {truth})" if known else ""))
+            for _, r in same.iterrows():
+                text = " ".join(str(r["response"]).split())
+                if len(text) > max_chars:
+                    text = text[:max_chars] + " ..."
+                body = textwrap.fill(text, width, initial_indent="      ",
+                                     subsequent_indent="      ")
+                lines.append(f"  reward {r['reward']:g}, {r['words']} words:\n{body}")
+        if len(shown) < len(questions):
+            left = group[group["question"].isin(questions[len(shown):])]
+            lines.append(f"  ... {len(questions) - len(shown)} more tasks of step {step} "
+                         f"(rewarded {int((left['reward'] > 0).sum())} of {len(left)})")
     return "\n".join(lines)
 
 
@@ -320,7 +371,7 @@ def run_folders(results_folders: Iterable[str | Path]) -> list[Path]:
 
 
 def replies_report(results_folders: Sequence[str | Path], shown: Sequence[str],
-                   steps: int = 2) -> str:
+                   steps: int = 2, tasks: int | None = None) -> str:
     """Which runs of ``results_folders`` kept replies and which did not, then the replies of
     the first and last ``steps`` steps (:func:`replies_text`) of each run named in ``shown``,
     from the first results folder where that run kept them; a shown run that kept none
@@ -338,7 +389,7 @@ def replies_report(results_folders: Sequence[str | Path], shown: Sequence[str],
             lines.append(f"\n{name}: no saved replies in {', '.join(f.name for f in folders)}")
             continue
         lines.append(f"\n{'=' * 20} {where.name}/{name} {'=' * 20}")
-        lines.append(replies_text(saved_replies(where / name, steps)))
+        lines.append(replies_text(saved_replies(where / name, steps), tasks=tasks))
     return "\n".join(lines)
 
 

@@ -1105,6 +1105,27 @@ def test_a_start_point_is_other_runs_step0_evaluations_on_one_taskset(tmp_path):
         results.StartPoint({})
 
 
+def test_a_start_point_reads_back_from_the_file_draw_wrote(tmp_path):
+    """``StartPoint.read`` gives back the start :func:`draw` wrote, taskset included, so a
+    results folder's figure can be drawn again from its ``start_point.csv``; a file that is
+    not one is refused in one line naming it."""
+    start = results.start_point([paths.RESULTS_DIR / "trinity_h200_qwen_cache" / "random_seed0",
+                                 QWEN_LONE / "difficulty_seed0"])
+    start.table().to_csv(tmp_path / "start_point.csv", index=False)
+    again = results.StartPoint.read(tmp_path / "start_point.csv")
+    assert again == start
+    committed = results.StartPoint.read(paths.RESULTS_DIR / "trinity_qwen" / "start_point.csv")
+    assert committed.eval_taskset == "eval-arithmetic-qwen" and len(committed.sources) == 3
+    committed.check(results.load_runs([paths.RESULTS_DIR / "trinity_qwen"]))
+    for text in ("run,step\nx,0\n", "run,step,eval_accuracy\nx,0,\n",
+                 "run,step,eval_accuracy,eval_taskset\nx,0,0.1,a\ny,0,0.2,b\n"):
+        (tmp_path / "bad.csv").write_text(text)
+        with pytest.raises(results.RunError, match="bad.csv: not a start point written by draw"):
+            results.StartPoint.read(tmp_path / "bad.csv")
+    with pytest.raises(results.RunError, match="nowhere.csv: not a start point"):
+        results.StartPoint.read(tmp_path / "nowhere.csv")
+
+
 def test_the_base_model_accuracy_the_qwen_configs_cite_is_what_three_runs_measured():
     """The Qwen configs evaluate no run at step 0; the base model's held-out accuracy they and
     the README cite is the range of the three step-0 evaluations with the same settings."""

@@ -166,6 +166,68 @@ def test_pilot_table_names_a_run_without_its_launched_config(tmp_path):
         run_facts.pilot_table(tmp_path)
 
 
+QWEN_CONFIGS = {"random": paths.CONFIGS_DIR / "config_random_qwen.yaml",
+                "difficulty_based": paths.CONFIGS_DIR / "config_difficulty_qwen.yaml"}
+
+
+def _tidy_run(folder, selector, seed, steps, evals):
+    """A run folder holding a tidy CSV: ``steps`` training steps, ``evals`` {step: accuracy}."""
+    folder.mkdir(parents=True)
+    rows = [{"selector": selector, "seed": seed, "step": s, "rollout_accuracy": 0.3,
+             "eval_accuracy": evals.get(s, np.nan)} for s in range(1, steps + 1)]
+    pd.DataFrame(rows).to_csv(folder / "results.csv", index=False)
+
+
+def test_experiment_progress_lists_every_planned_run_and_what_it_reached(tmp_path):
+    """One row per selector x seed in the plan's order: a run present gives its steps out of
+    its config's total and its held-out accuracy per evaluation; one not yet made says so."""
+    _tidy_run(tmp_path / "random_seed0", "random", 0, 16, {8: 0.3521, 16: 0.3894})
+    _tidy_run(tmp_path / "difficulty_seed1", "difficulty_based", 1, 9, {8: 0.31})
+    table = run_facts.experiment_progress(tmp_path, QWEN_CONFIGS, (0, 1)).set_index(
+        ["selector", "seed"])
+    assert table.index.tolist() == [("random", 0), ("random", 1), ("difficulty_based", 0),
+                                    ("difficulty_based", 1)]
+    assert table.loc[("random", 0)].tolist() == ["16 of 16", "0.352", "0.389"]
+    assert table.loc[("difficulty_based", 1)].tolist() == ["9 of 16", "0.310", "-"]
+    assert table.loc[("random", 1), "steps trained"] == "not run yet (of 16)"
+    assert table.loc[("random", 1), "held-out accuracy, step 8"] == "-"
+    # nothing made yet: every run planned, none measured
+    empty = run_facts.experiment_progress(tmp_path / "none", QWEN_CONFIGS, (0,))
+    assert empty["steps trained"].tolist() == ["not run yet (of 16)"] * 2
+    # the committed experiment reads the same way
+    committed = run_facts.experiment_progress(paths.RESULTS_DIR / "trinity_qwen", QWEN_CONFIGS,
+                                              (0, 1, 2))
+    assert len(committed) == 6
+
+
+def test_experiment_progress_refuses_a_run_outside_the_plan_and_a_config_without_steps(
+        tmp_path):
+    _tidy_run(tmp_path / "runs" / "bots_seed0", "bots", 0, 4, {})
+    with pytest.raises(results.RunError, match="bots seed 0 is not a run of the plan"):
+        run_facts.experiment_progress(tmp_path / "runs", QWEN_CONFIGS, (0,))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("buffer: {batch_size: 16}\n")
+    with pytest.raises(results.RunError, match="bad.yaml: no buffer.total_steps"):
+        run_facts.experiment_progress(tmp_path / "none", {"random": bad}, (0,))
+
+
+def test_replies_of_a_trinity_step_show_each_task_once_and_count_the_rest(tmp_path):
+    """A Trinity run keeps one reply to each task of a step: each question heads its own reply,
+    and past ``tasks`` questions the rest of the step is counted, with how many were rewarded."""
+    records = [{"step": step, "question": f"Evaluate {k} + 1.", "truth": None,
+                "reward": float(k % 2), "response": f"\\boxed{{{k + 1}}}"}
+               for step in (1, 16) for k in range(5)]
+    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    replies = run_facts.saved_replies(tmp_path, steps=1)
+    every = run_facts.replies_text(replies)
+    assert every.count("step 1: Evaluate") == 5 and every.count("step 16: Evaluate") == 5
+    assert "step 1: Evaluate 3 + 1.\n  reward 1, 1 words:\n      \\boxed{4}" in every
+    few = run_facts.replies_text(replies, tasks=2)
+    assert few.count("step 1: Evaluate") == 2
+    assert "  ... 3 more tasks of step 1 (rewarded 1 of 3)" in few
+    assert "step 1: Evaluate 2 + 1." not in few
+
+
 def test_engine_timing_names_a_log_without_vllm(tmp_path):
     run = tmp_path / "random_seed0"
     run.mkdir()
