@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 from bounds import hang_bound
 
-from mathagent import metrics, paths, results
+from mathagent import metrics, paths, results, run_facts
 from mathagent.grpo import load_config
 
 TRINITY_22 = paths.RESULTS_DIR / "trinity_h200_22steps"
@@ -1144,3 +1144,192 @@ def test_the_base_model_accuracy_the_qwen_configs_cite_is_what_three_runs_measur
         assert f"({span} in three runs" in (paths.REPO_ROOT / "configs" / name).read_text()
     readme = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
     assert f"these evaluation settings measured at {span}" in readme
+
+
+QWEN_EXPERIMENT = paths.RESULTS_DIR / "trinity_qwen"
+QWEN_COMPILE = paths.RESULTS_DIR / "trinity_h100_qwen_compile"
+
+
+def _flat(folder: Path) -> str:
+    return " ".join((folder / "README.md").read_text().split())
+
+
+def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
+    """The experiment's README: how many of the planned runs exist, the shared start, the
+    stretch's device time, the held-out accuracies and their bound, the batches' rewards, the
+    replies, the step split, the memory and the start-up are what the folder's files hold."""
+    readme = (QWEN_EXPERIMENT / "README.md").read_text()
+    flat = _flat(QWEN_EXPERIMENT)
+    configs = {"random": paths.CONFIGS_DIR / "config_random_qwen.yaml",
+               "difficulty_based": paths.CONFIGS_DIR / "config_difficulty_qwen.yaml"}
+    progress = run_facts.experiment_progress(QWEN_EXPERIMENT, configs, (0, 1, 2))
+    made = progress[~progress["steps trained"].str.startswith("not run yet")]
+    assert made["steps trained"].tolist() == ["16 of 16"]
+    assert readme.splitlines()[0].endswith(f"({len(made)} of {len(progress)} runs)")
+    run = QWEN_EXPERIMENT / "random_seed0"
+    assert "trinity-early-explorer: applied" in (run / "train_log_excerpt.txt").read_text()
+    # the start every run shares
+    start = results.StartPoint.read(QWEN_EXPERIMENT / "start_point.csv")
+    at0 = [f"{a:.3f}" for a in start.sources.values()]
+    assert f"{at0[0]}, {at0[1]} and {at0[2]}" in flat
+    assert f"the base model's {start.lo:.3f}-{start.hi:.3f}" in flat
+    # device time: the stretch's calls
+    calls = pd.read_csv(QWEN_EXPERIMENT / "device_time.csv")
+    mine = calls[calls["for"] == "random_seed0"]
+    assert f"got an H100 after {mine['device_s_after'].iloc[0]:.1f} s" in flat
+    assert (f"the {mine['calls'].iloc[1]} part calls took the total to "
+            f"{mine['device_s_after'].iloc[1]:.1f} s") in flat
+    end = mine["device_s_after"].iloc[-1]
+    assert f"at **{end:.1f} s: {end / 60:.1f} minutes** for the run" in flat
+    assert f"The stretch's remaining {(calls['device_s_after'].iloc[-1] - end) / 60:.1f} minutes" \
+        in flat and f"{calls['device_s_after'].iloc[-1]:.1f} s in all" in flat
+    follow = (QWEN_EXPERIMENT / "follow.log").read_text()
+    took = re.search(r"setup took (\d+) s", follow)[1]
+    assert f"Set-up took {took} s" in flat
+    startup = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)["random_seed0"]
+    assert (f"from `train` to its end took {startup['train command ends']:.2f} minutes (step 1 "
+            f"at {startup['step 1 starts']:.2f})") in flat
+    # held-out accuracy: after 7 and 15 updates, the rise in bounds, the earlier run's step 8
+    table = results.read_run(run).dropna(subset=["eval_accuracy"])
+    assert table["step"].tolist() == [8, 16]
+    acc = table.set_index("step")["eval_accuracy"]
+    assert f"**{acc[8]:.3f} at step 8** and **{acc[16]:.3f} at step 16**" in flat
+    versions = results.read_scalars(run).query("tag == 'rollout/model_version'")
+    assert versions.set_index("step")["value"][[8, 16]].tolist() == [7, 15]
+    assert "the policy after 7 and 15 updates" in flat
+    bound = 0.5 / np.sqrt(660)
+    assert f"at most {bound:.4f} (0.5/sqrt(660)" in flat
+    assert 11 < (acc[16] - start.hi) / bound < 12 and "more than eleven standard errors" in flat
+    finished = results.read_scalars(run).query(
+        "tag == 'eval/eval-arithmetic-qwen/finished_task_count'")
+    assert finished["value"].tolist() == [660, 660]
+    earlier = results.read_run(QWEN_MB2 / "random_seed0").dropna(subset=["eval_accuracy"])
+    before = earlier["eval_accuracy"].iloc[0]
+    assert f"gave {before:.3f} at step 8: {abs(acc[8] - before):.3f} apart" in flat
+    assert abs(acc[8] - before) < np.sqrt(2) * bound
+    # the training batches and the replies
+    steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
+    assert ", ".join(f"{r:.3f}" for r in steps["mean_reward"]) + " (steps 1-16)" in flat
+    assert (steps["tool_call_rate"] == 0).all() and "Tool-call rate 0 at every step" in flat
+    first_last = run_facts.first_last(results.read_run(run), window=4).iloc[0]
+    assert (f"rollout accuracy {first_last['rollout accuracy, first 4']} over the first four "
+            f"steps, {first_last['rollout accuracy, last 4']} over the last four") in flat
+    assert (f"from {first_last['reply tokens, first 4']} to {first_last['reply tokens, last 4']}"
+            " tokens") in flat
+    samples = pd.read_json(run / "samples.jsonl", lines=True)
+    by_step = {s: g["response"] for s, g in samples.groupby("step")}
+    assert sorted(by_step) == [1, 16] and all(len(r) == 16 for r in by_step.values())
+
+    def count(step, pattern):
+        return int(by_step[step].str.contains(pattern, regex=True, case=False).sum())
+
+    boxed = r"\\boxed"
+    assert (f"at step 1, {count(1, '```python')} of the 16 write a Python code block and "
+            f"{count(1, boxed)} box an answer") in flat
+    assert count(16, "python") == 16 and count(16, boxed) == 16
+    assert f"{count(16, '```python')} writes a code block" in flat
+    # step time, its split, the memory
+    phases = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0)["random_seed0"]
+    assert (f"median **{phases['whole step (log: one explore start to the next)']:.1f} s** "
+            f"(training {phases['training step']:.1f} s, weight sync {phases['weight sync']:.1f}"
+            f" s, rollout phase {phases['rollout phase']:.1f} s), the evaluations "
+            f"{phases['evaluation']:.0f} s each") in flat
+    whole = json.loads((run / "timings.json").read_text())["whole_step_s"]
+    assert f"(steps 8 and 16 took {whole['step 8']:.0f} and {whole['step 16']:.0f} s)" in flat
+    other = pd.read_csv(QWEN_MB2 / "phase_times.csv", index_col=0)["random_seed0"]
+    assert f"took {other['whole step (log: one explore start to the next)']:.1f} s a step" in flat
+    memory = pd.read_csv(QWEN_EXPERIMENT / "gpu_memory.csv", index_col=0)["random_seed0"]
+    assert (f"at most **{memory['run, all processes (sum at one time)']:.1f} GiB** at one time "
+            f"(the trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
+            f"{memory['vLLM engine worker']:.1f}") in flat
+    reserved, used = _memory_peaks(run)
+    assert f"`max_memory_reserved_gb` {reserved:.1f}, at most {used:.1f} in use" in flat
+    gpu = pd.read_csv(QWEN_EXPERIMENT / "gpu.csv", header=None)
+    assert f"at most {gpu[1].str.replace(' MiB', '').astype(int).max():,} MiB of 81,559" in flat
+    # start-up against the run compiling anew on the same machine and the earlier H100's run
+    compiling = pd.read_csv(QWEN_COMPILE / "startup.csv", index_col=0)["difficulty_seed0"]
+    other_start = pd.read_csv(QWEN_MB2 / "startup.csv", index_col=0)["random_seed0"]
+    rows = _table_rows(readme, 4)
+    assert len([m for m in rows if m in startup.index]) == 5
+    for milestone, cells in rows.items():
+        if milestone in startup.index:
+            assert cells == [f"{startup[milestone]:.2f}", f"{compiling[milestone]:.2f}",
+                             f"{other_start[milestone]:.2f}"]
+    assert (f"**{startup['step 1 starts']:.2f} minutes** with the run's own compile cache, "
+            f"{compiling['step 1 starts']:.2f} compiling anew") in flat
+    assert (f"ready at {startup['trainer workers ready']:.2f}, vLLM at "
+            f"{startup['vLLM engine ready']:.2f}, and the workflow runners take "
+            f"{startup['all workflow runners ready'] - startup['vLLM engine ready']:.2f} "
+            "minutes more") in flat
+    earliest = pd.read_csv(paths.RESULTS_DIR / "trinity_h200" / "startup.csv",
+                           index_col=0).loc["step 1 starts"]
+    assert f"step 1 {earliest.min():.1f}-{earliest.max():.1f} minutes after `train`" in flat
+    pilot = pd.read_csv(paths.RESULTS_DIR / "trinity_h200_qwen_pilot" / "startup.csv",
+                        index_col=0).loc["step 1 starts"]
+    assert f"the Qwen pilot's pair {pilot.min():.2f} and {pilot.max():.2f}" in flat
+    # the configs and the project's README cite the same figures
+    for name in configs.values():
+        text = " ".join(line.lstrip("# ") for line in name.read_text().splitlines())
+        assert f"first run took {end / 60:.1f} minutes of one on an H100" in text
+        assert (f"step 1 came {startup['step 1 starts']:.1f} minutes after `train` with the run's"
+                f" own vLLM compile cache ({compiling['step 1 starts']:.1f} compiling)") in text
+    top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
+    assert (f"has {['no', 'one', 'two', 'three', 'four', 'five', 'six'][len(made)]} run of six "
+            f"so far: random, seed 0, from {start.lo:.3f}-{start.hi:.3f} to {acc[16]:.3f} held "
+            "out") in top
+    assert (f"took {end / 60:.1f} minutes of device time (step 1 at {startup['step 1 starts']:.2f}"
+            f" minutes after `train` with its own vLLM compile cache, "
+            f"{phases['whole step (log: one explore start to the next)']:.0f} s a step) and "
+            f"reached a held-out accuracy of {acc[8]:.3f} at step 8 and {acc[16]:.3f} at step "
+            "16") in top
+
+
+def test_the_compile_readme_states_what_its_run_and_the_experiments_hold():
+    """The run that compiled anew on the experiment's machine: its start-up against the run
+    with its own cache, the spans, the minutes saved, its steps, memory and rewards."""
+    readme = (QWEN_COMPILE / "README.md").read_text()
+    flat = _flat(QWEN_COMPILE)
+    run = QWEN_COMPILE / "difficulty_seed0"
+    assert "**This run is not part of the experiment** (2 of 16 steps)" in flat
+    log = (QWEN_COMPILE / "follow.log").read_text()
+    assert ("difficulty_qwen_seed0: compiles anew; the carried compile cache was made in "
+            "/root/trinity/vllm_cache/random_qwen_seed0") in log
+    assert "[18:51:17] started difficulty_qwen_seed0" in log
+    assert "[18:50:06] random_qwen_seed0 ended" in (QWEN_EXPERIMENT / "follow.log").read_text()
+    assert "started at 18:51:17" in flat and "had ended at 18:50:06" in flat
+    here = pd.read_csv(QWEN_COMPILE / "startup.csv", index_col=0)["difficulty_seed0"]
+    cached = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)["random_seed0"]
+    rows = _table_rows(readme, 3)
+    assert len([m for m in rows if m in here.index]) == 6
+    for milestone, cells in rows.items():
+        if milestone in here.index:
+            assert cells == [f"{here[milestone]:.2f}", f"{cached[milestone]:.2f}"]
+    load, ready = "vLLM worker loads the model", "vLLM engine ready"
+    assert (f"took {here[ready] - here[load]:.2f} minutes here against "
+            f"{cached[ready] - cached[load]:.2f} with the cache") in flat
+    runners = "all workflow runners ready"
+    assert (f"the workflow runners {here[runners] - here[ready]:.2f} minutes after vLLM was "
+            f"ready against {cached[runners] - cached[ready]:.2f}") in flat
+    assert f"**{here['step 1 starts'] - cached['step 1 starts']:.2f} minutes sooner**" in flat
+    assert pd.isna(here["train command ends"])
+    # steps, memory, rewards
+    whole = json.loads((run / "timings.json").read_text())["whole_step_s"]
+    assert set(whole.values()) == {60.0} and "Its two steps took 60 s each" in flat
+    phases = pd.read_csv(QWEN_COMPILE / "phase_times.csv", index_col=0)["difficulty_seed0"]
+    assert (f"(training {phases['training step']:.1f} s, weight sync "
+            f"{phases['weight sync']:.1f} s)") in flat
+    median = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0).loc[
+        "whole step (log: one explore start to the next)", "random_seed0"]
+    lone = pd.read_csv(QWEN_LONE / "phase_times.csv", index_col=0).loc[
+        "whole step (log: one explore start to the next)", "difficulty_seed0"]
+    assert f"against a median of {median:.1f} s" in flat and f"took {lone:.0f} s a step" in flat
+    memory = pd.read_csv(QWEN_COMPILE / "gpu_memory.csv", index_col=0)["difficulty_seed0"]
+    assert (f"held at most {memory['run, all processes (sum at one time)']:.1f} GiB (the "
+            f"trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
+            f"{memory['vLLM engine worker']:.1f})") in flat
+    steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
+    assert (f"reward {steps.loc[1, 'mean_reward']:.3f} at step 1 and "
+            f"{steps.loc[2, 'mean_reward']:.3f} at step 2") in flat
+    etr = results.read_run(run)["effective_task_ratio"].tolist()
+    assert f"effective task ratio {etr[0]:.3f} and {etr[1]:.3f}" in flat
+    assert (steps["tool_call_rate"] == 0).all()
