@@ -116,6 +116,8 @@ def plot_metric(table: pd.DataFrame, metric: str, ax=None, selectors: Sequence[s
     ``styles``: selector -> line style (default :data:`SELECTOR_STYLES`, else solid);
     ``marker``: a marker on every point (for metrics measured at a few steps).
     """
+    from matplotlib.ticker import MaxNLocator
+
     plt = _plt()
     _check(table, ("selector", "seed", "step", metric), f"plot_metric({metric!r})")
     names = _selectors(table, selectors)
@@ -133,6 +135,7 @@ def plot_metric(table: pd.DataFrame, metric: str, ax=None, selectors: Sequence[s
         if (s["n"] > 1).any():
             ax.fill_between(s["step"], s["lo"], s["hi"], color=colors[name], alpha=0.15, lw=0)
     ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # steps are whole numbers
     ax.set_ylabel(ylabel or metric.replace("_", " "))
     ax.grid(alpha=0.3)
     if legend:

@@ -248,20 +248,20 @@ def experiment_progress(folder: str | Path, configs: Mapping[str, str | Path],
     config file, x ``seeds``), in the plan's order, with the steps it trained out of its
     config's ``buffer.total_steps`` and its held-out accuracy at each evaluation (three
     decimals; ``-`` where it has none). A planned run not in ``folder`` yet says so; a run in
-    ``folder`` that the plan does not name is refused, naming its folder."""
+    ``folder`` that the plan does not name is refused in one line."""
     import yaml
 
-    from mathagent.results import find_runs, read_run
+    from mathagent.results import has_runs, load_runs
 
     folder = Path(folder)
     runs: dict[tuple[str, int], pd.DataFrame] = {}
-    for run in (find_runs(folder) if folder.is_dir() else []):
-        table = read_run(run)
-        key = (str(table["selector"].iloc[0]), int(table["seed"].iloc[0]))
-        if key[0] not in configs or key[1] not in seeds:
-            raise RunError(f"{run}: {key[0]} seed {key[1]} is not a run of the plan "
-                           f"({', '.join(configs)} x seeds {', '.join(map(str, seeds))})")
-        runs[key] = table
+    if has_runs(folder):
+        for (selector, seed), table in load_runs([folder], progress=False).groupby(
+                ["selector", "seed"], sort=False):
+            if selector not in configs or seed not in seeds:
+                raise RunError(f"{folder}: {selector} seed {seed} is not a run of the plan "
+                               f"({', '.join(configs)} x seeds {', '.join(map(str, seeds))})")
+            runs[(str(selector), int(seed))] = table
     rows = []
     for selector, config in configs.items():
         try:
@@ -272,9 +272,9 @@ def experiment_progress(folder: str | Path, configs: Mapping[str, str | Path],
             row = {"selector": selector, "seed": seed}
             table = runs.get((selector, seed))
             if table is None:
-                row["steps trained"] = f"not run yet (of {total})"
+                row["last step"] = f"not run yet (of {total})"
             else:
-                row["steps trained"] = f"{int(table['step'].max())} of {total}"
+                row["last step"] = f"{int(table['step'].max())} of {total}"
                 evals = table.dropna(subset=["eval_accuracy"])
                 for step, acc in evals[["step", "eval_accuracy"]].values:
                     row[f"held-out accuracy, step {int(step)}"] = f"{acc:.3f}"

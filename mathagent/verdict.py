@@ -163,6 +163,9 @@ def who_won(evidence: Sequence[Evidence], baseline: str = BASELINE,
             z = metrics.difference(ps, studied, baseline)["z"]
             row[f"{studied}_vs_{baseline}_z"] = z
             row["reading"] = _reading(studied, baseline, z)
+        else:
+            missing = [s for s in (studied, baseline) if s not in means.index]
+            row["reading"] = f"no {' or '.join(missing)} runs yet"
         rows.append(row)
     return pd.DataFrame(rows)
 

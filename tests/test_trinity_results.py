@@ -1076,6 +1076,10 @@ def test_results_script_draws_the_start_of_runs_that_evaluate_no_step_0(tmp_path
         assert refused.returncode == 2 and says in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
     assert (out / "start_point.csv").is_file()
+    # a folder with figures gets no run without them: its tidy table would leave that run out
+    undrawn = script("--no-figures")
+    assert undrawn.returncode == 2 and len(undrawn.stderr.strip().splitlines()) == 1
+    assert "trinity_h200.csv is the tidy table of the runs already drawn there" in undrawn.stderr
     again = script()                           # drawn without it: the file no longer holds
     assert again.returncode == 0 and not (out / "start_point.csv").exists()
     assert "removed " in again.stdout
@@ -1163,8 +1167,8 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
     configs = {"random": paths.CONFIGS_DIR / "config_random_qwen.yaml",
                "difficulty_based": paths.CONFIGS_DIR / "config_difficulty_qwen.yaml"}
     progress = run_facts.experiment_progress(QWEN_EXPERIMENT, configs, (0, 1, 2))
-    made = progress[~progress["steps trained"].str.startswith("not run yet")]
-    assert made["steps trained"].tolist() == ["16 of 16"]
+    made = progress[~progress["last step"].str.startswith("not run yet")]
+    assert made["last step"].tolist() == ["16 of 16"]
     assert readme.splitlines()[0].endswith(f"({len(made)} of {len(progress)} runs)")
     run = QWEN_EXPERIMENT / "random_seed0"
     assert "trinity-early-explorer: applied" in (run / "train_log_excerpt.txt").read_text()

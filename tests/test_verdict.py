@@ -57,6 +57,19 @@ def test_who_won_names_a_clear_winner_and_a_tie():
     assert set(table["batch"]) == {"4 x 2", "8 x 8"}
 
 
+def test_who_won_says_which_selector_an_experiment_under_way_has_no_runs_of():
+    """A source with runs of the baseline only (an experiment that fills a run at a time) is
+    read as far as it goes, its reading naming the selector it has no runs of yet."""
+    only_random = table_of(tidy("random", 0, (0.16, 0.39)))
+    won = verdict.who_won([verdict.Evidence("under way", only_random, 16, 8)]).iloc[0]
+    assert (won["best"], won["reading"]) == ("random", "no difficulty_based runs yet")
+    assert won["best_eval_final"] == pytest.approx(0.39)
+    row = verdict.evidence_table([verdict.Evidence("under way", only_random, 16, 8)]).iloc[0]
+    assert (row["selector"], row["seeds"]) == ("random", 1)
+    assert row["eval_final"] == pytest.approx(0.39)
+    assert np.isnan(row["vs_random"])
+
+
 def test_eval_step_is_the_last_evaluation_every_seed_reached():
     t = table_of(tidy("random", 0, (0.1, 0.2), steps=6), tidy("random", 1, (0.1, 0.3), steps=6),
                  tidy("difficulty_based", 0, (0.1, 0.4), steps=6),
@@ -189,11 +202,11 @@ def test_experiment_progress_lists_every_planned_run_and_what_it_reached(tmp_pat
                                     ("difficulty_based", 1)]
     assert table.loc[("random", 0)].tolist() == ["16 of 16", "0.352", "0.389"]
     assert table.loc[("difficulty_based", 1)].tolist() == ["9 of 16", "0.310", "-"]
-    assert table.loc[("random", 1), "steps trained"] == "not run yet (of 16)"
+    assert table.loc[("random", 1), "last step"] == "not run yet (of 16)"
     assert table.loc[("random", 1), "held-out accuracy, step 8"] == "-"
     # nothing made yet: every run planned, none measured
     empty = run_facts.experiment_progress(tmp_path / "none", QWEN_CONFIGS, (0,))
-    assert empty["steps trained"].tolist() == ["not run yet (of 16)"] * 2
+    assert empty["last step"].tolist() == ["not run yet (of 16)"] * 2
     # the committed experiment reads the same way
     committed = run_facts.experiment_progress(paths.RESULTS_DIR / "trinity_qwen", QWEN_CONFIGS,
                                               (0, 1, 2))

@@ -280,6 +280,12 @@ def main() -> int:
         except results.RunError as exc:
             print(f"error: --start-from: {exc}", file=sys.stderr)
             return 2
+    drawn_before = args.out / "trinity_h200.csv"
+    if args.no_figures and drawn_before.is_file():
+        print(f"error: {drawn_before} is the tidy table of the runs already drawn there; with "
+              "--no-figures it would leave out the runs added now: draw them all again "
+              "(without --no-figures, with the --start-from the figure had)", file=sys.stderr)
+        return 2
     apps = pd.read_csv(args.collected / "gpu_apps.csv", names=["t", "pid", "mib", "run"])
     args.out.mkdir(parents=True, exist_ok=True)
     specs = [spec.split("=", 1) for spec in args.runs]
