@@ -176,13 +176,23 @@ def _work_with_a_compile_cache(tmp_path):
     cache = w / "vllm_cache" / "random_seed1" / "torch_compile_cache"
     cache.mkdir(parents=True)
     (cache / "graph.py").write_text("compiled\n")
+    with (w / "random_seed1.log").open("a") as log:   # the run's vLLM engine is ready
+        log.write("(EngineCore pid=5) INFO 12-04 07:16:02 [core.py:306] init engine (profile, "
+                  "create kv cache, warmup model) took 14.77 s (compilation: 4.30 s)\n")
     return out, cache, {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b")}
 
 
-def test_collect_brings_back_a_small_vllm_compile_cache_and_leaves_a_large_one(tmp_path):
-    """``collect`` packs the first run's vLLM compile cache when it is at most 40 MB, says so
-    in one line when it is larger, and never brings back a cache packed by an earlier call."""
+def test_collect_brings_back_each_small_vllm_compile_cache_once_when_its_engine_is_ready(
+        tmp_path):
+    """``collect`` packs each run's vLLM compile cache (``vllm_cache_<run>.tgz``) once its
+    run's log says vLLM is ready, when it is at most 40 MB; a cache still being compiled, one
+    too large and one carried in or packed by an earlier call stay, with a line for the first
+    two."""
     out, cache, env = _work_with_a_compile_cache(tmp_path)
+    w = Path(env["W"])
+    other = w / "vllm_cache" / "difficulty_seed1"     # a run whose vLLM is still starting
+    (other / "torch_compile_cache").mkdir(parents=True)
+    (w / "difficulty_seed1.log").write_text("(vLLMRolloutModel pid=6) INFO starting\n")
 
     def collect() -> subprocess.CompletedProcess:
         return subprocess.run(["bash", str(SCRIPT), "collect"], env=env, capture_output=True,
@@ -190,19 +200,27 @@ def test_collect_brings_back_a_small_vllm_compile_cache_and_leaves_a_large_one(t
 
     done = collect()
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "random_seed1: 1 MB, packed" in done.stdout
-    with tarfile.open(out / "vllm_cache.tgz") as tar:
+    assert "random_seed1: 1 MB, packed as vllm_cache_random_seed1.tgz" in done.stdout
+    assert f"{other}: its engine is not ready yet, not packed" in done.stdout
+    with tarfile.open(out / "vllm_cache_random_seed1.tgz") as tar:
         assert tar.extractfile("./torch_compile_cache/graph.py").read() == b"compiled\n"
-    (cache / "big.bin").write_bytes(os.urandom(41 * 2**20))
+        assert tar.extractfile("./.packed_from").read().decode().strip() == str(cache.parent)
+    assert not (out / "vllm_cache_difficulty_seed1.tgz").exists()
+    # the next call: the packed cache is home; the other's engine is ready now, but too large
+    with (w / "difficulty_seed1.log").open("a") as log:
+        log.write("INFO init engine (profile, create kv cache, warmup model) took 40.1 s\n")
+    (other / "torch_compile_cache" / "big.bin").write_bytes(os.urandom(41 * 2**20))
     done = collect()
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "over 40 MB, not packed" in done.stdout
-    assert not (out / "vllm_cache.tgz").exists()   # the earlier, smaller cache is gone too
-    assert (out / "local.tgz").is_file()           # what follows the cache is still packed
+    assert f"{other}: 42 MB, over 40 MB, not packed" in done.stdout
+    assert "random_seed1" not in "".join(line for line in done.stdout.splitlines(True)
+                                         if "compile cache" in line)
+    assert not list(out.glob("vllm_cache*.tgz"))   # the earlier call's file is gone too
+    assert (out / "local.tgz").is_file()           # what follows the caches is still packed
 
 
 def test_a_packed_compile_cache_is_carried_to_the_next_runs_and_a_bad_file_refused(tmp_path):
-    """``cache FILE`` unpacks what ``collect`` packed (``vllm_cache.tgz``) into the folder each
+    """``cache FILE`` unpacks what ``collect`` packed (``vllm_cache_<run>.tgz``) into the folder each
     run's ``VLLM_CACHE_ROOT`` starts from; a file that is not one is refused in one line and
     the cache carried before stays."""
     out, cache, env = _work_with_a_compile_cache(tmp_path)
@@ -215,7 +233,7 @@ def test_a_packed_compile_cache_is_carried_to_the_next_runs_and_a_bad_file_refus
         return subprocess.run(["bash", str(SCRIPT), "cache", str(file)], env=later,
                               capture_output=True, text=True, timeout=hang_bound(60))
 
-    done = carry(out / "vllm_cache.tgz")
+    done = carry(out / "vllm_cache_random_seed1.tgz")
     assert done.returncode == 0, done.stdout + done.stderr
     seed = tmp_path / "w2" / "vllm_cache_seed"
     assert (seed / "torch_compile_cache" / "graph.py").read_text() == "compiled\n"
@@ -241,7 +259,8 @@ def test_a_carried_compile_cache_serves_only_the_run_that_compiled_it(tmp_path):
     made_in = cache.parent   # .../w/vllm_cache/random_seed1
     # the next stretch's machine has the same work folder, as every machine does (/root/trinity)
     shutil.rmtree(tmp_path / "w")
-    done = subprocess.run(["bash", str(SCRIPT), "cache", str(out / "vllm_cache.tgz")], env=env,
+    packed = out / "vllm_cache_random_seed1.tgz"
+    done = subprocess.run(["bash", str(SCRIPT), "cache", str(packed)], env=env,
                           capture_output=True, text=True, timeout=hang_bound(60))
     assert done.returncode == 0, done.stdout + done.stderr
     run_env = re.search(r"^run_env\(\) \{.*?^\}$", SCRIPT.read_text(), re.S | re.M).group(0)

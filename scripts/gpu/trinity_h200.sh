@@ -8,8 +8,8 @@
 #   bash scripts/gpu/trinity_h200.sh qpart DIR       copy one part of the Qwen model file (DIR/q??
 #                                                    and DIR/QSHA256SUMS) to $Q
 #   bash scripts/gpu/trinity_h200.sh cache FILE      a vLLM compile cache that `collect` packed in an
-#                                                    earlier stretch (vllm_cache.tgz): every run
-#                                                    `start` makes next begins from it
+#                                                    earlier stretch (vllm_cache_<run>.tgz): that run,
+#                                                    when `start` makes it next, begins from it
 #   bash scripts/gpu/trinity_h200.sh pilot           the Qwen policy's pilot pair (below), with
 #                                                    `start` on the joined Qwen model file
 #   bash scripts/gpu/trinity_h200.sh qwen SEED...    the Qwen policy's pair per SEED (random_qwen_seedN,
@@ -337,22 +337,31 @@ collect)
   if [ -d "$W/local" ]; then   # the train-local runs: tables, logs, event files; no checkpoints
     tar -czf "$OUT/local.tgz" -C "$W" --exclude='checkpoint*' local || tar_ok $?
   fi
-  # vLLM's compile cache of the first run, when small enough to come back: a later stretch
-  # can start from it (VLLM_CACHE_ROOT) instead of compiling again. Optional: a cache still
-  # being written or too large is left behind, with a line saying so.
-  rm -f "$OUT/vllm_cache.tgz"
-  cache=$(ls -d "$W"/vllm_cache/* 2>/dev/null | head -1 || true)
-  if [ -n "$cache" ]; then
+  # each run's vLLM compile cache, once, when small enough to come back
+  # (vllm_cache_<run>.tgz): a later stretch can start that run from it (`cache FILE`) instead
+  # of compiling again. A cache is packed once the run's log says its vLLM engine is ready
+  # (before, it may be half written) and then marked with the folder it serves (.packed_from):
+  # a marked cache, carried in or packed by an earlier call, is home already. Optional: a
+  # cache not ready, too large or changed while packing is left behind, with a line saying so.
+  rm -f "$OUT"/vllm_cache*.tgz
+  for cache in "$W"/vllm_cache/*/; do
+    [ -d "$cache" ] || continue
+    cache=${cache%/}; name=$(basename "$cache")
+    [ -f "$cache/.packed_from" ] && continue
+    if ! grep -aq "init engine (profile, create kv cache, warmup model) took" "$W/$name.log" 2>/dev/null; then
+      echo "vLLM compile cache $cache: its engine is not ready yet, not packed"; continue
+    fi
     size=$(du -sm "$cache" | cut -f1)
     if [ "$size" -gt 40 ]; then
       echo "vLLM compile cache $cache: $size MB, over 40 MB, not packed"
-    elif ! echo "$cache" > "$cache/.packed_from" || \
-        ! tar -czf "$OUT/vllm_cache.tgz" -C "$cache" . 2>/dev/null; then
-      rm -f "$OUT/vllm_cache.tgz"; echo "vLLM compile cache $cache: changed while packing, not packed"
+    elif echo "$cache" > "$cache/.packed_from" && \
+        tar -czf "$OUT/vllm_cache_$name.tgz" -C "$cache" . 2>/dev/null; then
+      echo "vLLM compile cache $cache: $size MB, packed as vllm_cache_$name.tgz"
     else
-      echo "vLLM compile cache $cache: $size MB, packed"
+      rm -f "$OUT/vllm_cache_$name.tgz" "$cache/.packed_from"
+      echo "vLLM compile cache $cache: changed while packing, not packed"
     fi
-  fi
+  done
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv || true
   ls -la "$OUT"
   ;;
