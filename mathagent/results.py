@@ -328,18 +328,23 @@ class StartPoint:
     @classmethod
     def read(cls, file: str | Path) -> StartPoint:
         """The start a results folder was drawn from (its ``start_point.csv``, written by
-        :func:`draw`); a file that is missing or not such a table is one :class:`RunError`."""
+        :func:`draw`); a file that is missing or not such a table (one row per run, at step 0,
+        with its accuracy, on one eval taskset) is one :class:`RunError` naming it."""
+        if not Path(file).is_file():
+            raise RunError(f"{file}: no such file")
+        bad = f"{file}: not a start point written by draw"
         try:
             table = pd.read_csv(file, float_precision="round_trip")
-            sources = {str(r): float(a) for r, a in zip(table["run"], table["eval_accuracy"],
-                                                          strict=True)}
-            tasksets = set(table["eval_taskset"].dropna()) if "eval_taskset" in table else set()
-        except (OSError, KeyError, ValueError, pd.errors.ParserError) as exc:
-            raise RunError(f"{file}: not a start point written by draw ({exc})") from None
-        if len(tasksets) > 1 or any(np.isnan(a) for a in sources.values()):
-            raise RunError(f"{file}: not a start point written by draw (one eval taskset and "
-                           "an accuracy on every row)")
-        return cls(sources, tasksets.pop() if tasksets else None)
+            runs, steps = table["run"].astype(str), table["step"]
+            accuracy = table["eval_accuracy"].astype(float)
+        except (KeyError, ValueError) as exc:
+            raise RunError(f"{bad} ({exc})") from None
+        tasksets = set(table["eval_taskset"].dropna()) if "eval_taskset" in table else set()
+        if (table.empty or runs.duplicated().any() or (steps != 0).any()
+                or accuracy.isna().any() or len(tasksets) > 1):
+            raise RunError(f"{bad} (one row per run, at step 0, each with its accuracy, on one "
+                           "eval taskset)")
+        return cls(dict(zip(runs, accuracy, strict=True)), tasksets.pop() if tasksets else None)
 
 
 def start_point(folders: Sequence[str | Path]) -> StartPoint:

@@ -245,41 +245,60 @@ def pilot_table(folder: str | Path) -> pd.DataFrame:
 def experiment_progress(folder: str | Path, configs: Mapping[str, str | Path],
                         seeds: Sequence[int]) -> pd.DataFrame:
     """Where an experiment stands: one row per planned run (each selector of ``configs``, its
-    config file, x ``seeds``), in the plan's order, with the steps it trained out of its
+    config file, x ``seeds``), in the plan's order, with the last step it explored out of its
     config's ``buffer.total_steps`` and its held-out accuracy at each evaluation (three
-    decimals; ``-`` where it has none). A planned run not in ``folder`` yet says so; a run in
-    ``folder`` that the plan does not name is refused in one line."""
+    decimals; ``-`` where it has none). A planned run not in ``folder`` yet says so. Refused in
+    one line: a run in ``folder`` that the plan does not name, and a run folder (one with a
+    ``params.json``) that the folder's tidy table leaves out (drawn before it came)."""
     import yaml
 
-    from mathagent.results import has_runs, load_runs
+    from mathagent.results import has_runs, load_runs, selector_label
 
-    folder = Path(folder)
+    folder, seeds = Path(folder), [int(s) for s in seeds]
+    plan = f"({', '.join(configs)} x seeds {', '.join(map(str, seeds))})"
     runs: dict[tuple[str, int], pd.DataFrame] = {}
     if has_runs(folder):
-        for (selector, seed), table in load_runs([folder], progress=False).groupby(
-                ["selector", "seed"], sort=False):
-            if selector not in configs or seed not in seeds:
-                raise RunError(f"{folder}: {selector} seed {seed} is not a run of the plan "
-                               f"({', '.join(configs)} x seeds {', '.join(map(str, seeds))})")
-            runs[(str(selector), int(seed))] = table
+        table = load_runs([folder], progress=False)
+        for (selector, seed), run in table.groupby(["selector", "seed"], sort=False):
+            if selector not in configs or int(seed) not in seeds:
+                raise RunError(f"{folder}: {selector} seed {seed} is not a run of the plan {plan}")
+            runs[(str(selector), int(seed))] = run
+        for params in sorted(folder.glob("*/params.json")):
+            try:
+                said = json.loads(params.read_text())
+                key = (selector_label(str(said["selector"])), int(said["seed"]))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                raise RunError(f"{params}: no selector and seed") from None
+            if key not in runs:
+                raise RunError(f"{params.parent}: {key[0]} seed {key[1]} is not in {folder}'s "
+                               "table: draw the folder again with it")
     rows = []
     for selector, config in configs.items():
         try:
-            total = int(yaml.safe_load(Path(config).read_text())["buffer"]["total_steps"])
-        except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError) as exc:
-            raise RunError(f"{config}: no buffer.total_steps ({exc})") from None
+            text = Path(config).read_text()
+        except OSError:
+            raise RunError(f"{config}: no such config file") from None
+        try:
+            total = int(yaml.safe_load(text)["buffer"]["total_steps"])
+        except yaml.YAMLError:
+            raise RunError(f"{config}: not YAML") from None
+        except (KeyError, TypeError, ValueError):
+            raise RunError(f"{config}: no buffer.total_steps") from None
         for seed in seeds:
             row = {"selector": selector, "seed": seed}
             table = runs.get((selector, seed))
             if table is None:
-                row["last step"] = f"not run yet (of {total})"
+                row["last step explored"] = f"not run yet (of {total})"
             else:
-                row["last step"] = f"{int(table['step'].max())} of {total}"
-                evals = table.dropna(subset=["eval_accuracy"])
+                row["last step explored"] = f"{int(table['step'].max())} of {total}"
+                evals = table.dropna(subset=["eval_accuracy"]).sort_values("step")
                 for step, acc in evals[["step", "eval_accuracy"]].values:
                     row[f"held-out accuracy, step {int(step)}"] = f"{acc:.3f}"
             rows.append(row)
-    return pd.DataFrame(rows).fillna("-")
+    out = pd.DataFrame(rows)
+    held = sorted((c for c in out.columns if c.startswith("held-out")),
+                  key=lambda c: int(c.rsplit(" ", 1)[1]))
+    return out[["selector", "seed", "last step explored", *held]].fillna("-")
 
 
 def whole_step(folder: str | Path) -> str:
@@ -336,6 +355,7 @@ def replies_text(replies: pd.DataFrame, width: int = 100, max_chars: int = 240,
     reply of each of the batch's tasks). ``tasks``: at most this many tasks a step, the rest
     counted in one line."""
     lines = []
+    replies = replies.assign(question=replies["question"].fillna("(question not kept)"))
     for step, group in replies.groupby("step", sort=True):
         questions = list(dict.fromkeys(group["question"]))
         shown = questions if tasks is None else questions[:tasks]
@@ -354,7 +374,8 @@ def replies_text(replies: pd.DataFrame, width: int = 100, max_chars: int = 240,
         if len(shown) < len(questions):
             left = group[group["question"].isin(questions[len(shown):])]
             lines.append(f"  ... {len(questions) - len(shown)} more tasks of step {step} "
-                         f"(rewarded {int((left['reward'] > 0).sum())} of {len(left)})")
+                         f"(rewarded: {int((left['reward'] > 0).sum())} of their {len(left)} "
+                         "replies)")
     return "\n".join(lines)
 
 
@@ -373,9 +394,10 @@ def run_folders(results_folders: Iterable[str | Path]) -> list[Path]:
 def replies_report(results_folders: Sequence[str | Path], shown: Sequence[str],
                    steps: int = 2, tasks: int | None = None) -> str:
     """Which runs of ``results_folders`` kept replies and which did not, then the replies of
-    the first and last ``steps`` steps (:func:`replies_text`) of each run named in ``shown``,
-    from the first results folder where that run kept them; a shown run that kept none
-    anywhere is named as such. No run folder at all is a :class:`RunError`."""
+    the first and last ``steps`` steps (:func:`replies_text`, at most ``tasks`` tasks a step)
+    of each run named in ``shown``, from the first results folder where that run kept them; a
+    shown run that kept none anywhere is named as such. No run folder at all is a
+    :class:`RunError`."""
     folders = [Path(f) for f in results_folders]
     runs = run_folders(folders)
     if not runs:

@@ -149,8 +149,11 @@ def who_won(evidence: Sequence[Evidence], baseline: str = BASELINE,
     seeds, with a reading (clear at :data:`CLEAR` standard errors or more)."""
     rows = []
     for ev in evidence:
-        budget = metrics.default_budget(ev.table, baseline)
-        ps = metrics.per_seed(ev.table, baseline=baseline, budget=budget)
+        try:
+            budget = metrics.default_budget(ev.table, baseline)
+            ps = metrics.per_seed(ev.table, baseline=baseline, budget=budget)
+        except (metrics.TableError, ValueError) as exc:
+            raise RunError(f"source {ev.source!r}: {exc}") from None
         means = ps.groupby("selector", sort=False)["eval_final"].mean().sort_values(
             ascending=False, kind="stable")
         best, runner_up = means.index[0], means.index[1] if len(means) > 1 else None
@@ -163,9 +166,8 @@ def who_won(evidence: Sequence[Evidence], baseline: str = BASELINE,
             z = metrics.difference(ps, studied, baseline)["z"]
             row[f"{studied}_vs_{baseline}_z"] = z
             row["reading"] = _reading(studied, baseline, z)
-        else:
-            missing = [s for s in (studied, baseline) if s not in means.index]
-            row["reading"] = f"no {' or '.join(missing)} runs yet"
+        else:   # the baseline is there (per_seed needs it): the studied selector is not yet
+            row["reading"] = f"no {studied} runs yet"
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -397,7 +397,11 @@ def test_a_run_stopped_before_its_first_step_keeps_its_start_up_split(tmp_path, 
     assert all(line in excerpt.splitlines() for line in (config, preflight, tune))
     assert not (out / "random_seed0" / "explorer_meta.json").exists()
     assert pd.read_csv(out / "phase_times.csv", index_col=0).empty
-    # asked for figures, it writes the tables and says in one line why there are none
+    # asked for figures, it writes the tables and says in one line why there are none; what
+    # an earlier call drew there (without this run) is removed, each file with a line
+    (tmp_path / "figs").mkdir()
+    for stale in ("trinity_h200.csv", "training_curves.png"):
+        (tmp_path / "figs" / stale).write_text("drawn before\n")
     again = subprocess.run([sys.executable, str(SCRIPT), str(collected), str(tmp_path / "figs"),
                             "--runs", "early=random_seed0"], capture_output=True, text=True,
                            timeout=hang_bound(300), cwd=paths.REPO_ROOT)
@@ -405,7 +409,10 @@ def test_a_run_stopped_before_its_first_step_keeps_its_start_up_split(tmp_path, 
     assert "no tidy table or figures" in again.stdout and "random_seed0 logged no step" in \
         again.stdout
     assert (tmp_path / "figs" / "startup.csv").is_file()
-    assert not (tmp_path / "figs" / "training_curves.png").exists()
+    for stale in ("trinity_h200.csv", "training_curves.png"):
+        assert not (tmp_path / "figs" / stale).exists()
+        assert f"removed {tmp_path / 'figs' / stale}: drawn without the runs added now" in \
+            again.stdout
     # a run packed before `train` wrote its params.json: one line naming what is missing
     (run / "params.json").unlink()
     with tarfile.open(collected / "early.tgz", "w:gz") as tar:
@@ -1077,7 +1084,9 @@ def test_results_script_draws_the_start_of_runs_that_evaluate_no_step_0(tmp_path
         assert len(refused.stderr.strip().splitlines()) == 1
     assert (out / "start_point.csv").is_file()
     # a folder with figures gets no run without them: its tidy table would leave that run out
+    before = {f: f.stat().st_mtime_ns for f in out.rglob("*")}
     undrawn = script("--no-figures")
+    assert {f: f.stat().st_mtime_ns for f in out.rglob("*")} == before   # nothing written
     assert undrawn.returncode == 2 and len(undrawn.stderr.strip().splitlines()) == 1
     assert "trinity_h200.csv is the tidy table of the runs already drawn there" in undrawn.stderr
     again = script()                           # drawn without it: the file no longer holds
@@ -1122,11 +1131,13 @@ def test_a_start_point_reads_back_from_the_file_draw_wrote(tmp_path):
     assert committed.eval_taskset == "eval-arithmetic-qwen" and len(committed.sources) == 3
     committed.check(results.load_runs([paths.RESULTS_DIR / "trinity_qwen"]))
     for text in ("run,step\nx,0\n", "run,step,eval_accuracy\nx,0,\n",
-                 "run,step,eval_accuracy,eval_taskset\nx,0,0.1,a\ny,0,0.2,b\n"):
+                 "run,step,eval_accuracy,eval_taskset\nx,0,0.1,a\ny,0,0.2,b\n",
+                 "run,step,eval_accuracy\n", "run,step,eval_accuracy\nx,3,0.1\n",
+                 "run,step,eval_accuracy\nx,0,0.1\nx,0,0.2\n", "run,step,eval_accuracy\nx,0,a\n"):
         (tmp_path / "bad.csv").write_text(text)
         with pytest.raises(results.RunError, match="bad.csv: not a start point written by draw"):
             results.StartPoint.read(tmp_path / "bad.csv")
-    with pytest.raises(results.RunError, match="nowhere.csv: not a start point"):
+    with pytest.raises(results.RunError, match="nowhere.csv: no such file$"):
         results.StartPoint.read(tmp_path / "nowhere.csv")
 
 
@@ -1167,8 +1178,8 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
     configs = {"random": paths.CONFIGS_DIR / "config_random_qwen.yaml",
                "difficulty_based": paths.CONFIGS_DIR / "config_difficulty_qwen.yaml"}
     progress = run_facts.experiment_progress(QWEN_EXPERIMENT, configs, (0, 1, 2))
-    made = progress[~progress["last step"].str.startswith("not run yet")]
-    assert made["last step"].tolist() == ["16 of 16"]
+    made = progress[~progress["last step explored"].str.startswith("not run yet")]
+    assert len(made) >= 1 and (made["last step explored"] == "16 of 16").all()
     assert readme.splitlines()[0].endswith(f"({len(made)} of {len(progress)} runs)")
     run = QWEN_EXPERIMENT / "random_seed0"
     assert "trinity-early-explorer: applied" in (run / "train_log_excerpt.txt").read_text()
@@ -1178,16 +1189,17 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
     assert f"{at0[0]}, {at0[1]} and {at0[2]}" in flat
     assert f"the base model's {start.lo:.3f}-{start.hi:.3f}" in flat
     # device time: the stretch's calls
-    calls = pd.read_csv(QWEN_EXPERIMENT / "device_time.csv")
+    calls = pd.read_csv(QWEN_EXPERIMENT / "device_time.csv").query("stretch == 1")
     mine = calls[calls["for"] == "random_seed0"]
     assert f"got an H100 after {mine['device_s_after'].iloc[0]:.1f} s" in flat
     assert (f"the {mine['calls'].iloc[1]} part calls took the total to "
             f"{mine['device_s_after'].iloc[1]:.1f} s") in flat
     end = mine["device_s_after"].iloc[-1]
     assert f"at **{end:.1f} s: {end / 60:.1f} minutes** for the run" in flat
-    assert f"The stretch's remaining {(calls['device_s_after'].iloc[-1] - end) / 60:.1f} minutes" \
-        in flat and f"{calls['device_s_after'].iloc[-1]:.1f} s in all" in flat
-    follow = (QWEN_EXPERIMENT / "follow.log").read_text()
+    total = calls["device_s_after"].iloc[-1]
+    assert (f"{(total - end) / 60:.1f} of the stretch's remaining {(1800 - end) / 60:.1f} minutes"
+            in flat and f"{total:.1f} s in all" in flat)
+    follow = (QWEN_EXPERIMENT / "follow_stretch1.log").read_text()
     took = re.search(r"setup took (\d+) s", follow)[1]
     assert f"Set-up took {took} s" in flat
     startup = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)["random_seed0"]
@@ -1203,7 +1215,10 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
     assert "the policy after 7 and 15 updates" in flat
     bound = 0.5 / np.sqrt(660)
     assert f"at most {bound:.4f} (0.5/sqrt(660)" in flat
-    assert 11 < (acc[16] - start.hi) / bound < 12 and "more than eleven standard errors" in flat
+    assert 11 < (acc[16] - start.hi) / bound < 12 and 8 < (acc[16] - start.hi) / (
+        np.sqrt(2) * bound) < 9
+    assert ("more than eleven times one evaluation's standard error, and eight times that of the "
+            "difference of two") in flat
     finished = results.read_scalars(run).query(
         "tag == 'eval/eval-arithmetic-qwen/finished_task_count'")
     assert finished["value"].tolist() == [660, 660]
@@ -1230,16 +1245,20 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
     boxed = r"\\boxed"
     assert (f"at step 1, {count(1, '```python')} of the 16 write a Python code block and "
             f"{count(1, boxed)} box an answer") in flat
+    assert (f"at step 16 all 16 mention Python, {count(16, '```python')} writes a code block and "
+            "all 16 box an answer") in flat
     assert count(16, "python") == 16 and count(16, boxed) == 16
-    assert f"{count(16, '```python')} writes a code block" in flat
     # step time, its split, the memory
     phases = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0)["random_seed0"]
     assert (f"median **{phases['whole step (log: one explore start to the next)']:.1f} s** "
-            f"(training {phases['training step']:.1f} s, weight sync {phases['weight sync']:.1f}"
-            f" s, rollout phase {phases['rollout phase']:.1f} s), the evaluations "
-            f"{phases['evaluation']:.0f} s each") in flat
+            f"(training {phases['training step']:.2f} s, weight sync {phases['weight sync']:.2f}"
+            f" s, rollout phase {phases['rollout phase']:.2f} s)") in flat
+    evals = results.read_scalars(run).query("tag == 'time/eval'").set_index("step")["value"]
+    assert f"The evaluations took {evals[8]:.0f} and {evals[16]:.0f} s (Trinity's `time/eval`)" \
+        in flat
     whole = json.loads((run / "timings.json").read_text())["whole_step_s"]
-    assert f"(steps 8 and 16 took {whole['step 8']:.0f} and {whole['step 16']:.0f} s)" in flat
+    assert (f"steps 8 and 16 took {whole['step 8']:.0f} and {whole['step 16']:.0f} s from one "
+            "explore start to the next") in flat
     other = pd.read_csv(QWEN_MB2 / "phase_times.csv", index_col=0)["random_seed0"]
     assert f"took {other['whole step (log: one explore start to the next)']:.1f} s a step" in flat
     memory = pd.read_csv(QWEN_EXPERIMENT / "gpu_memory.csv", index_col=0)["random_seed0"]
@@ -1248,7 +1267,7 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
             f"{memory['vLLM engine worker']:.1f}") in flat
     reserved, used = _memory_peaks(run)
     assert f"`max_memory_reserved_gb` {reserved:.1f}, at most {used:.1f} in use" in flat
-    gpu = pd.read_csv(QWEN_EXPERIMENT / "gpu.csv", header=None)
+    gpu = pd.read_csv(QWEN_EXPERIMENT / "gpu_stretch1.csv", header=None)
     assert f"at most {gpu[1].str.replace(' MiB', '').astype(int).max():,} MiB of 81,559" in flat
     # start-up against the run compiling anew on the same machine and the earlier H100's run
     compiling = pd.read_csv(QWEN_COMPILE / "startup.csv", index_col=0)["difficulty_seed0"]
@@ -1277,6 +1296,17 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
         assert f"first run took {end / 60:.1f} minutes of one on an H100" in text
         assert (f"step 1 came {startup['step 1 starts']:.1f} minutes after `train` with the run's"
                 f" own vLLM compile cache ({compiling['step 1 starts']:.1f} compiling)") in text
+    median = phases["whole step (log: one explore start to the next)"]
+    compiled_steps = set(json.loads((QWEN_COMPILE / "difficulty_seed0" / "timings.json")
+                                    .read_text())["whole_step_s"].values())
+    assert len(compiled_steps) == 1
+    said = {"random": f"took {median:.0f} s (the median of results/trinity_qwen/random_seed0)",
+            "difficulty_based": f"took {compiled_steps.pop():.0f} s (the two steps of "
+                                f"results/trinity_h100_qwen_compile/; random's median: "
+                                f"{median:.0f} s)"}
+    for selector, name in configs.items():
+        text = " ".join(line.lstrip("# ") for line in name.read_text().splitlines())
+        assert said[selector] in text
     top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
     assert (f"has {['no', 'one', 'two', 'three', 'four', 'five', 'six'][len(made)]} run of six "
             f"so far: random, seed 0, from {start.lo:.3f}-{start.hi:.3f} to {acc[16]:.3f} held "
@@ -1299,7 +1329,8 @@ def test_the_compile_readme_states_what_its_run_and_the_experiments_hold():
     assert ("difficulty_qwen_seed0: compiles anew; the carried compile cache was made in "
             "/root/trinity/vllm_cache/random_qwen_seed0") in log
     assert "[18:51:17] started difficulty_qwen_seed0" in log
-    assert "[18:50:06] random_qwen_seed0 ended" in (QWEN_EXPERIMENT / "follow.log").read_text()
+    assert "[18:50:06] random_qwen_seed0 ended" in (
+        QWEN_EXPERIMENT / "follow_stretch1.log").read_text()
     assert "started at 18:51:17" in flat and "had ended at 18:50:06" in flat
     here = pd.read_csv(QWEN_COMPILE / "startup.csv", index_col=0)["difficulty_seed0"]
     cached = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)["random_seed0"]
@@ -1320,8 +1351,9 @@ def test_the_compile_readme_states_what_its_run_and_the_experiments_hold():
     whole = json.loads((run / "timings.json").read_text())["whole_step_s"]
     assert set(whole.values()) == {60.0} and "Its two steps took 60 s each" in flat
     phases = pd.read_csv(QWEN_COMPILE / "phase_times.csv", index_col=0)["difficulty_seed0"]
-    assert (f"(training {phases['training step']:.1f} s, weight sync "
+    assert (f"(step 1: training {phases['training step']:.1f} s, weight sync "
             f"{phases['weight sync']:.1f} s)") in flat
+    assert len(results.read_scalars(run).query("tag == 'time/train_step'")) == 1
     median = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0).loc[
         "whole step (log: one explore start to the next)", "random_seed0"]
     lone = pd.read_csv(QWEN_LONE / "phase_times.csv", index_col=0).loc[

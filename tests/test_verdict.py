@@ -4,6 +4,7 @@ run folders, with one clear error for bad input."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -68,6 +69,10 @@ def test_who_won_says_which_selector_an_experiment_under_way_has_no_runs_of():
     assert (row["selector"], row["seeds"]) == ("random", 1)
     assert row["eval_final"] == pytest.approx(0.39)
     assert np.isnan(row["vs_random"])
+    # without the baseline there is nothing to measure against: one line naming the source
+    only_difficulty = table_of(tidy("difficulty_based", 0, (0.16, 0.39)))
+    with pytest.raises(results.RunError, match="source 'first': baseline selector 'random'"):
+        verdict.who_won([verdict.Evidence("first", only_difficulty, 16, 8)])
 
 
 def test_eval_step_is_the_last_evaluation_every_seed_reached():
@@ -202,15 +207,18 @@ def test_experiment_progress_lists_every_planned_run_and_what_it_reached(tmp_pat
                                     ("difficulty_based", 1)]
     assert table.loc[("random", 0)].tolist() == ["16 of 16", "0.352", "0.389"]
     assert table.loc[("difficulty_based", 1)].tolist() == ["9 of 16", "0.310", "-"]
-    assert table.loc[("random", 1), "last step"] == "not run yet (of 16)"
+    assert table.loc[("random", 1), "last step explored"] == "not run yet (of 16)"
     assert table.loc[("random", 1), "held-out accuracy, step 8"] == "-"
     # nothing made yet: every run planned, none measured
     empty = run_facts.experiment_progress(tmp_path / "none", QWEN_CONFIGS, (0,))
-    assert empty["last step"].tolist() == ["not run yet (of 16)"] * 2
-    # the committed experiment reads the same way
+    assert empty["last step explored"].tolist() == ["not run yet (of 16)"] * 2
+    # the committed experiment reads the same way, its seeds given in any integer form
     committed = run_facts.experiment_progress(paths.RESULTS_DIR / "trinity_qwen", QWEN_CONFIGS,
-                                              (0, 1, 2))
-    assert len(committed) == 6
+                                              np.array([0, 1, 2])).set_index(["selector", "seed"])
+    run = results.read_run(paths.RESULTS_DIR / "trinity_qwen" / "random_seed0")
+    acc = run.dropna(subset=["eval_accuracy"]).set_index("step")["eval_accuracy"]
+    assert committed.loc[("random", 0)].tolist() == ["16 of 16", f"{acc[8]:.3f}",
+                                                     f"{acc[16]:.3f}"]
 
 
 def test_experiment_progress_refuses_a_run_outside_the_plan_and_a_config_without_steps(
@@ -222,6 +230,26 @@ def test_experiment_progress_refuses_a_run_outside_the_plan_and_a_config_without
     bad.write_text("buffer: {batch_size: 16}\n")
     with pytest.raises(results.RunError, match="bad.yaml: no buffer.total_steps"):
         run_facts.experiment_progress(tmp_path / "none", {"random": bad}, (0,))
+    bad.write_text("buffer: [\n")
+    with pytest.raises(results.RunError, match="bad.yaml: not YAML$"):
+        run_facts.experiment_progress(tmp_path / "none", {"random": bad}, (0,))
+    with pytest.raises(results.RunError, match="gone.yaml: no such config file"):
+        run_facts.experiment_progress(tmp_path / "none", {"random": tmp_path / "gone.yaml"}, (0,))
+
+
+def test_experiment_progress_refuses_a_run_its_folder_table_leaves_out(tmp_path):
+    """A results folder drawn before its newest run came (its top-level tidy table leaves the
+    run out) would hide that run: refused in one line naming it."""
+    folder = tmp_path / "experiment"
+    shutil.copytree(paths.RESULTS_DIR / "trinity_qwen", folder)
+    committed = run_facts.experiment_progress(folder, QWEN_CONFIGS, (0, 1, 2))
+    assert committed.iloc[0]["last step explored"] == "16 of 16"
+    late = folder / "difficulty_seed0"
+    late.mkdir()
+    (late / "params.json").write_text('{"selector": "difficulty_based", "seed": 0}')
+    with pytest.raises(results.RunError, match=r"difficulty_seed0: difficulty_based seed 0 is "
+                                               r"not in .*'s table: draw the folder again"):
+        run_facts.experiment_progress(folder, QWEN_CONFIGS, (0, 1, 2))
 
 
 def test_replies_of_a_trinity_step_show_each_task_once_and_count_the_rest(tmp_path):
@@ -237,8 +265,13 @@ def test_replies_of_a_trinity_step_show_each_task_once_and_count_the_rest(tmp_pa
     assert "step 1: Evaluate 3 + 1.\n  reward 1, 1 words:\n      \\boxed{4}" in every
     few = run_facts.replies_text(replies, tasks=2)
     assert few.count("step 1: Evaluate") == 2
-    assert "  ... 3 more tasks of step 1 (rewarded 1 of 3)" in few
+    assert "  ... 3 more tasks of step 1 (rewarded: 1 of their 3 replies)" in few
     assert "step 1: Evaluate 2 + 1." not in few
+    # a reply whose question was not kept is still shown, under a placeholder
+    records[0]["question"] = None
+    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    text = run_facts.replies_text(run_facts.saved_replies(tmp_path, steps=1))
+    assert "step 1: (question not kept)\n  reward 0, 1 words:\n      \\boxed{1}" in text
 
 
 def test_engine_timing_names_a_log_without_vllm(tmp_path):

@@ -341,9 +341,9 @@ collect)
   # (vllm_cache_<run>.tgz): a later stretch can start that run from it (`cache FILE`) instead
   # of compiling again. A cache is packed once the run's log says its vLLM engine is ready
   # (before, it may be half written) and then marked with the folder it serves (.packed_from):
-  # a marked cache, carried in or packed by an earlier call, is home already. Optional: a
-  # cache not ready, too large or changed while packing is left behind, with a line saying so.
-  rm -f "$OUT"/vllm_cache*.tgz
+  # a marked cache, carried in or packed earlier, is home already (a second collect in one call
+  # leaves the first one's file in OUT). Optional: a cache not ready, too large or changed
+  # while packing is left behind, with a line saying so.
   for cache in "$W"/vllm_cache/*/; do
     [ -d "$cache" ] || continue
     cache=${cache%/}; name=$(basename "$cache")

@@ -194,6 +194,12 @@ def add_run(collected: Path, name: str, dest: Path, apps: pd.DataFrame) -> None:
     (dest / TIMINGS).write_text(json.dumps(timings, indent=1) + "\n")
 
 
+#: What drawing a results folder writes at its top level (``results.draw``'s files, the tidy
+#: table renamed).
+DRAWN = ("trinity_h200.csv", "training_curves.png", "effective_task_ratio.png", "behaviour.png",
+         "summary.csv", "per_seed.csv", "metrics_params.json", "start_point.csv")
+
+
 def run_folders(out: Path) -> list[Path]:
     """The run folders of a results folder (those with a ``params.json``), by name."""
     return sorted(d for d in out.iterdir() if (d / "params.json").is_file())
@@ -310,6 +316,11 @@ def main() -> int:
         print(f"no tidy table or figures in {args.out}: "
               f"{', '.join(f.name for f in folders if f not in stepped)} logged no step "
               "(--no-figures says so without this line)")
+        # what an earlier call drew leaves the new runs out: gone, not left to mislead
+        for name in DRAWN:
+            if (args.out / name).is_file():
+                (args.out / name).unlink()
+                print(f"removed {args.out / name}: drawn without the runs added now")
     elif not args.no_figures:
         table = results.load_runs(folders, progress=False)
         seeds = ", ".join(str(x) for x in sorted(table["seed"].unique()))
