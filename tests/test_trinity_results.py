@@ -1169,6 +1169,16 @@ def _flat(folder: Path) -> str:
     return " ".join((folder / "README.md").read_text().split())
 
 
+def _assert_startup_table(readme: str, columns: list[pd.Series], rows: int) -> None:
+    """The README's start-up table has ``rows`` milestones, each row's cells the minutes of
+    ``columns`` (``startup.csv`` columns), in order, to two decimals."""
+    table = _table_rows(readme, len(columns) + 1)
+    milestones = [m for m in table if m in columns[0].index]
+    assert len(milestones) == rows
+    for milestone in milestones:
+        assert table[milestone] == [f"{c[milestone]:.2f}" for c in columns], milestone
+
+
 def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
     """The experiment's README: how many of the planned runs exist, the shared start, the
     stretch's device time, the held-out accuracies and their bound, the batches' rewards, the
@@ -1272,12 +1282,7 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
     # start-up against the run compiling anew on the same machine and the earlier H100's run
     compiling = pd.read_csv(QWEN_COMPILE / "startup.csv", index_col=0)["difficulty_seed0"]
     other_start = pd.read_csv(QWEN_MB2 / "startup.csv", index_col=0)["random_seed0"]
-    rows = _table_rows(readme, 4)
-    assert len([m for m in rows if m in startup.index]) == 5
-    for milestone, cells in rows.items():
-        if milestone in startup.index:
-            assert cells == [f"{startup[milestone]:.2f}", f"{compiling[milestone]:.2f}",
-                             f"{other_start[milestone]:.2f}"]
+    _assert_startup_table(readme, [startup, compiling, other_start], 5)
     assert (f"**{startup['step 1 starts']:.2f} minutes** with the run's own compile cache, "
             f"{compiling['step 1 starts']:.2f} compiling anew") in flat
     assert (f"ready at {startup['trainer workers ready']:.2f}, vLLM at "
@@ -1334,11 +1339,7 @@ def test_the_compile_readme_states_what_its_run_and_the_experiments_hold():
     assert "started at 18:51:17" in flat and "had ended at 18:50:06" in flat
     here = pd.read_csv(QWEN_COMPILE / "startup.csv", index_col=0)["difficulty_seed0"]
     cached = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)["random_seed0"]
-    rows = _table_rows(readme, 3)
-    assert len([m for m in rows if m in here.index]) == 6
-    for milestone, cells in rows.items():
-        if milestone in here.index:
-            assert cells == [f"{here[milestone]:.2f}", f"{cached[milestone]:.2f}"]
+    _assert_startup_table(readme, [here, cached], 6)
     load, ready = "vLLM worker loads the model", "vLLM engine ready"
     assert (f"took {here[ready] - here[load]:.2f} minutes here against "
             f"{cached[ready] - cached[load]:.2f} with the cache") in flat
