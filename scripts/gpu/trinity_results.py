@@ -194,9 +194,10 @@ def add_run(collected: Path, name: str, dest: Path, apps: pd.DataFrame) -> None:
     (dest / TIMINGS).write_text(json.dumps(timings, indent=1) + "\n")
 
 
-#: What drawing a results folder writes at its top level (``results.draw``'s files, the tidy
-#: table renamed).
-DRAWN = ("trinity_h200.csv", "training_curves.png", "effective_task_ratio.png", "behaviour.png",
+#: The tidy table's name in a results folder (``results.draw`` writes it as results.csv).
+TIDY = "trinity_h200.csv"
+#: What drawing a results folder writes at its top level.
+DRAWN = (TIDY, "training_curves.png", "effective_task_ratio.png", "behaviour.png",
          "summary.csv", "per_seed.csv", "metrics_params.json", "start_point.csv")
 
 
@@ -286,7 +287,7 @@ def main() -> int:
         except results.RunError as exc:
             print(f"error: --start-from: {exc}", file=sys.stderr)
             return 2
-    drawn_before = args.out / "trinity_h200.csv"
+    drawn_before = args.out / TIDY
     if args.no_figures and drawn_before.is_file():
         print(f"error: {drawn_before} is the tidy table of the runs already drawn there; with "
               "--no-figures it would leave out the runs added now: draw them all again "
@@ -333,7 +334,7 @@ def main() -> int:
                 print(f"error: --start-from: {exc}", file=sys.stderr)
                 return 2
             for name, file in drawn["files"].items():
-                target = "trinity_h200.csv" if name == "results" else file.name
+                target = TIDY if name == "results" else file.name
                 shutil.move(str(file), args.out / target)
         stale = args.out / "start_point.csv"
         if start is None and stale.is_file():   # drawn now without it: it no longer holds
