@@ -3,6 +3,9 @@
 Three kinds of run end up here, and all leave the same table: one row per
 ``(selector, seed, step)`` with ``rollout_accuracy``, ``eval_accuracy`` (NaN on steps
 without an evaluation) and ``effective_task_ratio``, plus a ``run`` column naming the folder.
+A Trinity run's effective task ratio is its ``pass_rate_calculator``'s; a run without that
+operator (``random``) takes it from the ``buffer_steps.csv`` beside its event files, where
+``scripts/gpu/buffer_samples.py`` computed it the same way from the run's experience buffer.
 
 * **Trinity-RFT runs** (``python -m mathagent train``): TensorBoard event files under
   ``<checkpoint_job_dir>/monitor/tensorboard/{explorer,trainer}/``. Trinity 0.6.0 names the
@@ -262,6 +265,7 @@ def read_run(path: str | Path, selector: str | None = None, seed: int | None = N
             sd = seed if seed is not None else params.get("seed", TRINITY_DEFAULT_SEED)
             table = scalars_to_table(scalars, selector_label(str(sel)), int(sd), eval_taskset,
                                      source=str(path))
+            table = _etr_from_buffer(table, path)
             source = path
     table = with_current_names(table)  # tables of earlier versions
     missing = [c for c in (*KEYS, "rollout_accuracy", "eval_accuracy") if c not in table]
@@ -277,6 +281,69 @@ def read_run(path: str | Path, selector: str | None = None, seed: int | None = N
         table["eval_taskset"] = params["eval_taskset"]
     table["run"] = str(path)
     return table
+
+
+#: Per-step numbers read from a Trinity run's experience buffer (``scripts/gpu/buffer_samples.py``)
+BUFFER_STEPS = "buffer_steps.csv"
+
+
+def _buffer_etr(run: Path) -> pd.Series | None:
+    """The effective task ratio per step of the run folder's :data:`BUFFER_STEPS`, or None
+    where the folder has none or one written before the buffer gave the ratio."""
+    file = run / BUFFER_STEPS
+    if not file.is_file():
+        return None
+    try:
+        steps = pd.read_csv(file)
+    except (ValueError, OSError) as exc:
+        raise RunError(f"{file}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+    if "effective_task_ratio" not in steps:
+        return None
+    if "step" not in steps:
+        raise RunError(f"{file}: no 'step' column")
+    ratio = pd.to_numeric(steps["effective_task_ratio"], errors="coerce")
+    bad = steps.index[ratio.isna() & steps["effective_task_ratio"].notna()
+                      | ~ratio.between(0, 1) & ratio.notna()]
+    if len(bad):
+        raise RunError(f"{file}: line {bad[0] + 2}: effective_task_ratio "
+                       f"{steps.at[bad[0], 'effective_task_ratio']!r} is not a share in [0, 1]")
+    return pd.Series(ratio.to_numpy(), index=steps["step"].to_numpy(), name="buffer")
+
+
+def _etr_from_buffer(table: pd.DataFrame, run: Path) -> pd.DataFrame:
+    """``table`` with its ``effective_task_ratio`` taken from the run folder's
+    :data:`BUFFER_STEPS` where Trinity logged none (it logs the ratio only where
+    ``pass_rate_calculator`` runs: not in ``random`` runs). Trinity's own values are kept."""
+    if table["effective_task_ratio"].notna().any():
+        return table
+    ratio = _buffer_etr(run)
+    if ratio is None:
+        return table
+    out = table.copy()
+    out["effective_task_ratio"] = out["step"].map(ratio)
+    return out
+
+
+def etr_sources(runs: Sequence[str | Path]) -> pd.DataFrame:
+    """Where each Trinity run's effective task ratio comes from, one row per run folder:
+    ``source`` (``pass_rate_calculator`` where Trinity logged it, else ``experience buffer``
+    or ``none``), the steps each gave and, where both did, their largest difference."""
+    rows = []
+    for run in map(Path, runs):
+        scalars = read_scalars(run)
+        own = (scalars[scalars["tag"] == TAGS["effective_task_ratio"]]
+               .groupby("step")["value"].last())
+        buffer = _buffer_etr(run)
+        buffer = buffer.dropna() if buffer is not None else pd.Series(dtype=float)
+        both = own.index.intersection(buffer.index)
+        rows.append({
+            "run": run.name,
+            "source": "pass_rate_calculator" if len(own) else
+                      "experience buffer" if len(buffer) else "none",
+            "steps_pass_rate_calculator": len(own), "steps_experience_buffer": len(buffer),
+            "largest_difference": float((own[both] - buffer[both]).abs().max())
+            if len(both) else np.nan})
+    return pd.DataFrame(rows)
 
 
 @dataclass(frozen=True)

@@ -163,11 +163,37 @@ def test_step_table_counts_experiences_runs_rewards_lengths_and_tool_calls(writt
     one, two, three = steps
     assert one == {"step": "1", "model_version": "0", "experiences": "6", "tasks": "3",
                    "agent_runs": "5", "mean_reward": "0.5", "mean_response_tokens": "3.0",
-                   "tool_call_rate": "0.1667", "multi_call_run_share": "0.2"}
+                   "tool_call_rate": "0.1667", "multi_call_run_share": "0.2",
+                   "effective_task_ratio": "0.6667"}
     assert (two["mean_reward"], two["mean_response_tokens"], two["tool_call_rate"]) == \
         ("0.75", "15.0", "0.5")
     assert (three["model_version"], three["tool_call_rate"], three["multi_call_run_share"]) == \
         ("1-2", "0.5", "0.0")
+
+
+def test_the_effective_task_ratio_is_the_share_of_tasks_with_a_pass_rate_strictly_inside(written):
+    # step 1: task 10 passes its one run (1.0), task 0 one of three experiences (1/3), task 2
+    # one of two (0.5): two of three tasks; step 2: task 5's rewards 0.5 and 1.0 (0.75); step 3:
+    # task 1's 0.0 and 1.0. Trinity's pass_rate_calculator, run on the same experiences, agrees.
+    from trinity.buffer.operators.mappers.pass_rate_calculator import PassRateCalculator
+
+    _, steps = written
+    assert [row["effective_task_ratio"] for row in steps] == ["0.6667", "1.0", "1.0"]
+    for step, row in zip((1, 2, 3), steps, strict=True):
+        exps = [e for e in three_steps() if e.eid.batch == step]
+        for e in exps:
+            e.info["task_index"] = {"taskset_id": 0, "index": e.eid.task}
+        _, metric = PassRateCalculator().process(exps)
+        assert round(float(metric["selection/valid_ratio"]), 4) == float(row["effective_task_ratio"])
+
+
+def test_a_step_where_every_task_passes_or_fails_has_an_effective_task_ratio_of_0(tmp_path):
+    write_buffer(tmp_path / "job", [experience(1, "0", 0, 1.0), experience(1, "0", 1, 1.0),
+                                    experience(1, "1", 0, 0.0), experience(1, "1", 1, 0.0)])
+    done = run_script(tmp_path / "job", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    _, steps = read_outputs(tmp_path / "out")
+    assert [row["effective_task_ratio"] for row in steps] == ["0.0"]
 
 
 def test_a_folder_without_a_buffer_or_with_an_empty_one_is_one_line_and_status_2(tmp_path):

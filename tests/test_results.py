@@ -158,6 +158,61 @@ def test_run_without_params_falls_back_to_folder_name_and_default_seed(tmp_path)
     assert set(named["selector"]) == {"random"} and set(named["seed"]) == {5}
 
 
+def _buffer_steps(job: Path, ratios: dict[int, object]) -> None:
+    """The run's ``buffer_steps.csv`` (scripts/gpu/buffer_samples.py) with these ratios."""
+    rows = "".join(f"{step},128,16,{ratio}\n" for step, ratio in ratios.items())
+    (job / results.BUFFER_STEPS).write_text(
+        f"step,experiences,tasks,effective_task_ratio\n{rows}")
+
+
+def test_a_run_without_the_operator_takes_its_etr_from_its_buffer_steps(tmp_path):
+    job, _ = write_trinity_run(tmp_path, "Random-Selector", "random", 3, 0.1,
+                               with_operator=False, steps=3)
+    _buffer_steps(job, {1: 0.25, 2: "", 3: 0.5})
+    t = results.read_run(job).set_index("step")["effective_task_ratio"]
+    assert t[1] == 0.25 and t[3] == 0.5
+    assert math.isnan(t[0]) and math.isnan(t[2])  # no step 0 in the buffer; an empty cell
+
+
+def test_trinitys_own_etr_wins_over_the_buffers(tmp_path):
+    job, truth = write_trinity_run(tmp_path, "Difficulty", "difficulty_based", 3, 0.4, steps=3)
+    _buffer_steps(job, {1: 0.01, 2: 0.01, 3: 0.01})
+    t = results.read_run(job).set_index("step")["effective_task_ratio"]
+    assert [t[s] for s in (1, 2, 3)] == pytest.approx([truth["etr"][s] for s in (1, 2, 3)])
+
+
+def test_a_buffer_table_from_before_the_ratio_or_with_a_bad_one(tmp_path):
+    job, _ = write_trinity_run(tmp_path, "Random-Selector", "random", 3, 0.1,
+                               with_operator=False, steps=2)
+    (job / results.BUFFER_STEPS).write_text("step,experiences\n1,128\n2,128\n")
+    assert results.read_run(job)["effective_task_ratio"].isna().all()
+    _buffer_steps(job, {1: 0.5, 2: 1.5})
+    with pytest.raises(results.RunError, match=r"buffer_steps.csv: line 3: effective_task_ratio "
+                                                r"1.5 is not a share in \[0, 1\]"):
+        results.read_run(job)
+    (job / results.BUFFER_STEPS).write_text("experiences,effective_task_ratio\n128,0.5\n")
+    with pytest.raises(results.RunError, match="buffer_steps.csv: no 'step' column"):
+        results.read_run(job)
+
+
+def test_etr_sources_say_where_each_runs_ratio_comes_from_and_how_far_two_agree(tmp_path):
+    both, truth = write_trinity_run(tmp_path / "a", "Difficulty", "difficulty_based", 1, 0.4,
+                                    steps=3)
+    _buffer_steps(both, {1: truth["etr"][1], 2: truth["etr"][2] - 0.05, 3: truth["etr"][3]})
+    buffer, _ = write_trinity_run(tmp_path / "b", "Random", "random", 1, 0.4, steps=3,
+                                  with_operator=False)
+    _buffer_steps(buffer, {1: 0.5, 2: 0.25, 3: ""})
+    none, _ = write_trinity_run(tmp_path / "c", "Random-2", "random", 2, 0.4, steps=3,
+                                with_operator=False)
+    table = results.etr_sources([both, buffer, none]).set_index("run")
+    assert table["source"].to_dict() == {"Difficulty": "pass_rate_calculator",
+                                         "Random": "experience buffer", "Random-2": "none"}
+    assert table["steps_pass_rate_calculator"].tolist() == [3, 0, 0]
+    assert table["steps_experience_buffer"].tolist() == [3, 2, 0]
+    assert table.at["Difficulty", "largest_difference"] == pytest.approx(0.05, abs=1e-6)
+    assert table["largest_difference"].iloc[1:].isna().all()
+
+
 def test_bots_selector_path_is_reported_as_bots():
     assert results.selector_label("mathagent.selectors.BOTSSelector") == "bots"
     assert results.selector_label("difficulty_based") == "difficulty_based"

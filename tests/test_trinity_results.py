@@ -203,6 +203,11 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
         "whole_step_s"] == {"step 1": 16.0, "step 2": 18.0}
     assert (out / "difficulty_seed42" / "samples.jsonl").read_text() == '{"step": 1}\n'
     assert (out / "difficulty_seed42" / "buffer_steps.csv").read_text().endswith("1,128\n")
+    # its effective task ratio is Trinity's; its buffer table predates the buffer's ratio
+    assert pd.read_csv(out / "etr_sources.csv").to_dict("records") == [
+        {"run": "difficulty_seed42", "source": "pass_rate_calculator",
+         "steps_pass_rate_calculator": 22, "steps_experience_buffer": 0,
+         "largest_difference": pytest.approx(float("nan"), nan_ok=True)}]
     # an existing run folder is kept unless --force
     again = script()
     assert again.returncode == 2 and "--force" in again.stderr
@@ -1236,6 +1241,12 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
     before = earlier["eval_accuracy"].iloc[0]
     assert f"gave {before:.3f} at step 8: {abs(acc[8] - before):.3f} apart" in flat
     assert abs(acc[8] - before) < np.sqrt(2) * bound
+    # where the runs' effective task ratios come from: the table is what the run folders say
+    etr = pd.read_csv(QWEN_EXPERIMENT / "etr_sources.csv")
+    pd.testing.assert_frame_equal(etr, results.etr_sources(run_facts.run_folders(
+        [QWEN_EXPERIMENT])), check_dtype=False)
+    assert etr.set_index("run").at["random_seed0", "source"] == "none"
+    assert "`random_seed0` has none" in flat
     # the training batches and the replies
     steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
     assert ", ".join(f"{r:.3f}" for r in steps["mean_reward"]) + " (steps 1-16)" in flat

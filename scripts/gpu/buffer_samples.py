@@ -34,8 +34,12 @@ Writes into OUT:
   response_tokens. Texts longer than ``--max-chars`` keep their start and end around a marker.
 * ``buffer_steps.csv``: one row per explore step: experiences, distinct tasks, agent runs,
   mean reward, mean response length in tokens, the share of experiences whose reply makes a
-  tool call, and the share of agent runs with more than one model call (under
-  ``multi_step_grpo`` each model call of an agent run is one experience of its task and run).
+  tool call, the share of agent runs with more than one model call (under
+  ``multi_step_grpo`` each model call of an agent run is one experience of its task and run),
+  and the effective task ratio: the share of the step's tasks whose pass rate (the mean reward
+  of the task's experiences, as Trinity's ``pass_rate_calculator`` computes it) lies strictly
+  between 0 and 1. Trinity logs that ratio (``selection/valid_ratio``) only where the operator
+  runs, in the ``difficulty_based`` runs; from the buffer it exists for every run.
 
 Chat completions recorded by Trinity keep token ids and the reply's ``content`` but no prompt
 text or messages, and vLLM's tool parser moves a parsed tool call out of ``content``: with
@@ -65,7 +69,8 @@ TOOL_CALL_TAG = "<tool_call>"
 # the last user turn of a ChatML prompt (Qwen's chat template)
 CHATML_USER = re.compile(r"<\|im_start\|>user\n(.*?)(?:<\|im_end\|>|\Z)", re.S)
 STEP_COLUMNS = ["step", "model_version", "experiences", "tasks", "agent_runs", "mean_reward",
-                "mean_response_tokens", "tool_call_rate", "multi_call_run_share"]
+                "mean_response_tokens", "tool_call_rate", "multi_call_run_share",
+                "effective_task_ratio"]
 
 
 class BadInput(Exception):
@@ -283,6 +288,11 @@ def step_table(summaries: list[Summary]) -> list[dict]:
         for s in items:
             runs[(s.task_id, s.run_id)] += 1
         rewards = [s.reward for s in items if s.reward is not None]
+        by_task: dict[str, list[float]] = defaultdict(list)
+        for s in items:
+            if s.reward is not None:
+                by_task[s.task_id].append(s.reward)
+        pass_rates = [sum(r) / len(r) for r in by_task.values()]
         versions = sorted({s.model_version for s in items if s.model_version is not None})
         rows.append({
             "step": step,
@@ -295,6 +305,8 @@ def step_table(summaries: list[Summary]) -> list[dict]:
             "mean_response_tokens": round(sum(s.response_tokens for s in items) / len(items), 1),
             "tool_call_rate": round(sum(s.tool_calls > 0 for s in items) / len(items), 4),
             "multi_call_run_share": round(sum(n > 1 for n in runs.values()) / len(runs), 4),
+            "effective_task_ratio": round(sum(0 < p < 1 for p in pass_rates) / len(pass_rates), 4)
+            if pass_rates else "",
         })
     return rows
 

@@ -14,7 +14,10 @@ folders, from *every* run folder in ``OUT`` (so the seeds of later stretches of 
 those already there):
 the tidy table (``trinity_h200.csv``), the figures and ETR/TTB/BSF from
 ``mathagent.results.draw``, the median time of each phase (``phase_times.csv``), the start-up
-milestones (``startup.csv``) and the peak GPU memory per run and role (``gpu_memory.csv``).
+milestones (``startup.csv``), the peak GPU memory per run and role (``gpu_memory.csv``) and
+where each run's effective task ratio comes from (``etr_sources.csv``: Trinity's
+``pass_rate_calculator`` where it ran, else the run's ``buffer_steps.csv``; where both exist,
+their largest difference).
 
 ``--local LOCAL_OUT`` also unpacks ``COLLECTED/local.tgz`` (the ``train-local`` runs with the
 engine's settings, ``trinity_h200.sh local``) into ``LOCAL_OUT``: one folder per run, their
@@ -312,6 +315,12 @@ def main() -> int:
     startups.to_csv(args.out / "startup.csv")
     memory.to_csv(args.out / "gpu_memory.csv")
     split.to_csv(args.out / "phase_times.csv")
+    try:
+        etr = results.etr_sources(folders)
+    except results.RunError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    etr.to_csv(args.out / "etr_sources.csv", index=False)
     stepped = [f for f in folders if not results.phase_times(f).empty]
     if not args.no_figures and len(stepped) < len(folders):
         print(f"no tidy table or figures in {args.out}: "
@@ -343,6 +352,7 @@ def main() -> int:
     print(split.to_string())
     print(startups.to_string())
     print(memory.to_string())
+    print(etr.to_string(index=False))
     print(f"wrote {args.out}")
 
     if args.local:
