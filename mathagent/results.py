@@ -293,27 +293,39 @@ def _buffer_etr(run: Path) -> pd.Series | None:
     file = run / BUFFER_STEPS
     if not file.is_file():
         return None
-    try:
-        steps = pd.read_csv(file)
+    try:   # blank lines kept (and dropped below) so that a row's index gives its line
+        steps = pd.read_csv(file, dtype=str, keep_default_na=False, skip_blank_lines=False)
     except (ValueError, OSError) as exc:
         raise RunError(f"{file}: not a readable CSV ({str(exc).splitlines()[0]})") from None
     if "effective_task_ratio" not in steps:
         return None
     if "step" not in steps:
         raise RunError(f"{file}: no 'step' column")
-    ratio = pd.to_numeric(steps["effective_task_ratio"], errors="coerce")
-    bad = steps.index[ratio.isna() & steps["effective_task_ratio"].notna()
-                      | ~ratio.between(0, 1) & ratio.notna()]
-    if len(bad):
-        raise RunError(f"{file}: line {bad[0] + 2}: effective_task_ratio "
-                       f"{steps.at[bad[0], 'effective_task_ratio']!r} is not a share in [0, 1]")
-    return pd.Series(ratio.to_numpy(), index=steps["step"].to_numpy(), name="buffer")
+    steps = steps[(steps != "").any(axis=1)]
+    seen: set[int] = set()
+    ratios = {}
+    for i, step, cell in zip(steps.index, steps["step"], steps["effective_task_ratio"],
+                             strict=True):
+        where = f"{file}: line {i + 2}"
+        if not step.strip().isdigit():
+            raise RunError(f"{where}: step {step!r} is not a whole number")
+        if int(step) in seen:
+            raise RunError(f"{where}: step {int(step)} a second time")
+        seen.add(int(step))
+        try:
+            ratio = float(cell) if cell.strip() else math.nan
+        except ValueError:
+            ratio = -1.0
+        if not ((math.isnan(ratio) and not cell.strip()) or 0 <= ratio <= 1):
+            raise RunError(f"{where}: effective_task_ratio {cell!r} is not a share in [0, 1]")
+        ratios[int(step)] = ratio
+    return pd.Series(ratios, dtype=float, name="buffer")
 
 
 def _etr_from_buffer(table: pd.DataFrame, run: Path) -> pd.DataFrame:
     """``table`` with its ``effective_task_ratio`` taken from the run folder's
-    :data:`BUFFER_STEPS` where Trinity logged none (it logs the ratio only where
-    ``pass_rate_calculator`` runs: not in ``random`` runs). Trinity's own values are kept."""
+    :data:`BUFFER_STEPS` where Trinity logged none (it logs the ratio only where a pass-rate
+    operator runs: not in ``random`` runs). Trinity's own values are kept."""
     if table["effective_task_ratio"].notna().any():
         return table
     ratio = _buffer_etr(run)
@@ -326,13 +338,15 @@ def _etr_from_buffer(table: pd.DataFrame, run: Path) -> pd.DataFrame:
 
 def etr_sources(runs: Sequence[str | Path]) -> pd.DataFrame:
     """Where each Trinity run's effective task ratio comes from, one row per run folder:
-    ``source`` (``pass_rate_calculator`` where Trinity logged it, else ``experience buffer``
-    or ``none``), the steps each gave and, where both did, their largest difference."""
+    ``source`` (``pass_rate_calculator`` where Trinity logged it, from that operator or
+    BOTS's, else ``experience buffer`` or ``none``), the steps each gave and, where both did,
+    their largest difference (the buffer's ratio is rounded to 4 places, Trinity's is a
+    float32: up to about 5e-5 apart where they agree)."""
     rows = []
     for run in map(Path, runs):
         scalars = read_scalars(run)
         own = (scalars[scalars["tag"] == TAGS["effective_task_ratio"]]
-               .groupby("step")["value"].last())
+               .groupby("step")["value"].last().dropna())
         buffer = _buffer_etr(run)
         buffer = buffer.dropna() if buffer is not None else pd.Series(dtype=float)
         both = own.index.intersection(buffer.index)

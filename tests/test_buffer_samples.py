@@ -33,7 +33,7 @@ def chatml(question: str) -> str:
             f"<|im_end|>\n<|im_start|>assistant\n")
 
 
-def experience(step: int, task: str, run: int, reward: float, *, response_tokens: int = 3,
+def experience(step: int, task: str, run: int, reward: float | None, *, response_tokens: int = 3,
                version: int | None = None, prompt_text: str | None = None,
                response_text: str | None = None, messages: list | None = None,
                tokens: list[int] | None = None, prompt_length: int | None = None):
@@ -172,28 +172,45 @@ def test_step_table_counts_experiences_runs_rewards_lengths_and_tool_calls(writt
 
 
 def test_the_effective_task_ratio_is_the_share_of_tasks_with_a_pass_rate_strictly_inside(written):
-    # step 1: task 10 passes its one run (1.0), task 0 one of three experiences (1/3), task 2
-    # one of two (0.5): two of three tasks; step 2: task 5's rewards 0.5 and 1.0 (0.75); step 3:
-    # task 1's 0.0 and 1.0. Trinity's pass_rate_calculator, run on the same experiences, agrees.
-    from trinity.buffer.operators.mappers.pass_rate_calculator import PassRateCalculator
-
+    # experiences without a task_index are told apart by their id's task. Step 1: task 10
+    # passes its one run (1.0), task 0 one of three experiences (1/3), task 2 one of two (0.5):
+    # two of three tasks; step 2: task 5's rewards 0.5 and 1.0 (0.75); step 3: 0.0 and 1.0
     _, steps = written
     assert [row["effective_task_ratio"] for row in steps] == ["0.6667", "1.0", "1.0"]
-    for step, row in zip((1, 2, 3), steps, strict=True):
-        exps = [e for e in three_steps() if e.eid.batch == step]
-        for e in exps:
-            e.info["task_index"] = {"taskset_id": 0, "index": e.eid.task}
-        _, metric = PassRateCalculator().process(exps)
-        assert round(float(metric["selection/valid_ratio"]), 4) == float(row["effective_task_ratio"])
+
+
+def test_the_effective_task_ratio_groups_tasks_as_trinitys_pass_rate_calculator(tmp_path):
+    """Tasks are told apart by their taskset and index (``info["task_index"]``), not by their
+    place in the batch: ids 0 and 1 are one task (pass rate 0.5), and index 1 of taskset 0
+    (all pass) is not index 1 of taskset 1 (all fail). Grouped by id it would be 0 of 4 tasks,
+    by index alone 2 of 2; Trinity's operator, given the same experiences, says 1 of 3."""
+    from trinity.buffer.operators.mappers.pass_rate_calculator import PassRateCalculator
+
+    exps = [experience(1, "0", 0, 1.0), experience(1, "1", 0, 0.0),
+            experience(1, "2", 0, 1.0), experience(1, "2", 1, 1.0),
+            experience(1, "3", 0, 0.0), experience(1, "3", 1, 0.0)]
+    for e, (taskset, index) in zip(exps, [(0, 7), (0, 7), (0, 1), (0, 1), (1, 1), (1, 1)],
+                                   strict=True):
+        e.info["task_index"] = {"taskset_id": taskset, "index": index}
+    _, metric = PassRateCalculator().process(exps)
+    assert metric["selection/valid_ratio"] == pytest.approx(1 / 3)
+    write_buffer(tmp_path / "job", exps)
+    done = run_script(tmp_path / "job", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    _, steps = read_outputs(tmp_path / "out")
+    assert [(row["tasks"], row["effective_task_ratio"]) for row in steps] == [("4", "0.3333")]
 
 
 def test_a_step_where_every_task_passes_or_fails_has_an_effective_task_ratio_of_0(tmp_path):
+    # an experience without a reward counts for no task's pass rate (task 0's stays 1, where
+    # counting it as 0 would make it 2/3)
     write_buffer(tmp_path / "job", [experience(1, "0", 0, 1.0), experience(1, "0", 1, 1.0),
+                                    experience(1, "0", 2, None),
                                     experience(1, "1", 0, 0.0), experience(1, "1", 1, 0.0)])
     done = run_script(tmp_path / "job", tmp_path / "out")
     assert done.returncode == 0, done.stderr
     _, steps = read_outputs(tmp_path / "out")
-    assert [row["effective_task_ratio"] for row in steps] == ["0.0"]
+    assert [(row["agent_runs"], row["effective_task_ratio"]) for row in steps] == [("5", "0.0")]
 
 
 def test_a_folder_without_a_buffer_or_with_an_empty_one_is_one_line_and_status_2(tmp_path):

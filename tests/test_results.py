@@ -188,11 +188,21 @@ def test_a_buffer_table_from_before_the_ratio_or_with_a_bad_one(tmp_path):
     assert results.read_run(job)["effective_task_ratio"].isna().all()
     _buffer_steps(job, {1: 0.5, 2: 1.5})
     with pytest.raises(results.RunError, match=r"buffer_steps.csv: line 3: effective_task_ratio "
-                                                r"1.5 is not a share in \[0, 1\]"):
+                                                r"'1.5' is not a share in \[0, 1\]"):
         results.read_run(job)
     (job / results.BUFFER_STEPS).write_text("experiences,effective_task_ratio\n128,0.5\n")
     with pytest.raises(results.RunError, match="buffer_steps.csv: no 'step' column"):
         results.read_run(job)
+    # each names its line, blank lines counted
+    for text, said in [("1,0.5\n\n2,nan\n", "line 4: effective_task_ratio 'nan' is not a share"),
+                       ("1,0.5\n1,0.25\n", "line 3: step 1 a second time"),
+                       ("abc,0.5\n", "line 2: step 'abc' is not a whole number"),
+                       (",0.5\n", "line 2: step '' is not a whole number")]:
+        (job / results.BUFFER_STEPS).write_text(f"step,effective_task_ratio\n{text}")
+        with pytest.raises(results.RunError) as caught:
+            results.read_run(job)
+        assert str(caught.value) == f"{job / results.BUFFER_STEPS}: {said}" + (
+            " in [0, 1]" if "share" in said else "")
 
 
 def test_etr_sources_say_where_each_runs_ratio_comes_from_and_how_far_two_agree(tmp_path):

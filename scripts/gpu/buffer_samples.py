@@ -37,9 +37,14 @@ Writes into OUT:
   tool call, the share of agent runs with more than one model call (under
   ``multi_step_grpo`` each model call of an agent run is one experience of its task and run),
   and the effective task ratio: the share of the step's tasks whose pass rate (the mean reward
-  of the task's experiences, as Trinity's ``pass_rate_calculator`` computes it) lies strictly
-  between 0 and 1. Trinity logs that ratio (``selection/valid_ratio``) only where the operator
-  runs, in the ``difficulty_based`` runs; from the buffer it exists for every run.
+  of the task's experiences; tasks told apart by their ``info["task_index"]``, as Trinity's
+  ``pass_rate_calculator`` computes it) lies strictly between 0 and 1, rounded to 4 places.
+  Trinity logs that ratio (``selection/valid_ratio``) only where a pass-rate operator runs (the
+  ``difficulty_based`` and BOTS configs); from the buffer it exists for every run. Trinity 0.6.0
+  hands the operator a step's experiences in one call, the same list it saves to
+  ``pipeline_input``, so the two agree; experiences without a reward are left out (the
+  operator would fail on them), and a step made twice (a run resumed from a checkpoint before
+  it) pools both tries where Trinity logs the last.
 
 Chat completions recorded by Trinity keep token ids and the reply's ``content`` but no prompt
 text or messages, and vLLM's tool parser moves a parsed tool call out of ``content``: with
@@ -87,6 +92,8 @@ class Summary:
     task_id: str
     run_id: int
     reward: float | None
+    # the task as the pass-rate operators group experiences: (taskset, index in it)
+    task_key: tuple
     response_tokens: int
     tool_calls: int
 
@@ -195,6 +202,15 @@ def explore_step(exp) -> int | None:
     return None
 
 
+def task_key(exp) -> tuple:
+    """The task an experience belongs to as ``pass_rate_calculator`` groups them: its
+    ``info["task_index"]`` (taskset and index in it), else its id's task."""
+    index = exp.info.get("task_index")
+    if isinstance(index, dict) and {"taskset_id", "index"} <= set(index):
+        return ("taskset", str(index["taskset_id"]), str(index["index"]))
+    return ("task", str(exp.eid.task))
+
+
 def response_tokens(exp) -> int:
     # as Experience.to_dict counts it
     return 0 if exp.tokens is None else len(exp.tokens) - exp.prompt_length
@@ -288,10 +304,10 @@ def step_table(summaries: list[Summary]) -> list[dict]:
         for s in items:
             runs[(s.task_id, s.run_id)] += 1
         rewards = [s.reward for s in items if s.reward is not None]
-        by_task: dict[str, list[float]] = defaultdict(list)
+        by_task: dict[tuple, list[float]] = defaultdict(list)
         for s in items:
             if s.reward is not None:
-                by_task[s.task_id].append(s.reward)
+                by_task[s.task_key].append(s.reward)
         pass_rates = [sum(r) / len(r) for r in by_task.values()]
         versions = sorted({s.model_version for s in items if s.model_version is not None})
         rows.append({
@@ -351,6 +367,7 @@ def write_outputs(db: Path, table: str, out: Path, per_step: int, max_chars: int
             summaries.append(Summary(
                 row_id=row_id, step=step, model_version=exp.info.get("model_version"),
                 task_id=str(exp.eid.task), run_id=exp.eid.run, reward=exp.reward,
+                task_key=task_key(exp),
                 response_tokens=response_tokens(exp),
                 tool_calls=tool_calls(exp, reply(exp, tokenizer))))
         if not summaries:

@@ -318,7 +318,8 @@ def main() -> int:
     try:
         etr = results.etr_sources(folders)
     except results.RunError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc} (the run folders are in place: --force replaces them)",
+              file=sys.stderr)
         return 2
     etr.to_csv(args.out / "etr_sources.csv", index=False)
     stepped = [f for f in folders if not results.phase_times(f).empty]
