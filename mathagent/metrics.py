@@ -269,3 +269,19 @@ def difference(per_seed_table: pd.DataFrame, selector: str, other: str,
     se = float(np.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b)))
     z = diff / se if se > 0 else (np.inf * np.sign(diff) if diff else 0.0)
     return {"diff": diff, "se": se, "z": float(z)}
+
+
+def eval_se(accuracy: Any, tasks: Any) -> np.ndarray | float:
+    """The standard error of a held-out accuracy from the evaluation alone, at most: the mean
+    over ``tasks`` tasks of each task's accuracy (the mean over its runs), which lies in [0, 1]
+    with mean ``accuracy``, so that its variance is at most ``accuracy * (1 - accuracy)``.
+
+    This is the evaluation's sampling noise: how far another draw of the same held-out tasks'
+    runs could move the number, for one set of weights. It leaves out how much the weights
+    depend on the run's seed (:func:`difference` measures that, from several seeds).
+    """
+    p, n = np.asarray(accuracy, dtype=float), np.asarray(tasks, dtype=float)
+    if np.any(n <= 0):
+        raise ValueError(f"eval_se: tasks must be positive, got {tasks!r}")
+    out = np.sqrt(np.clip(p * (1 - p), 0, None) / n)
+    return float(out) if out.ndim == 0 else out

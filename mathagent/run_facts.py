@@ -12,7 +12,10 @@ in the table. What is read:
   ``gpu_memory.csv`` and every run's ``train_log_excerpt.txt`` (vLLM's engine initialisation
   and its torch.compile seconds, as vLLM logs them);
 * a ``train-local`` run's ``samples.jsonl`` (:func:`saved_replies`, :func:`replies_report`):
-  the replies it kept of its first and last steps, so a shortcut the numbers suggest can be read.
+  the replies it kept of its first and last steps, so a shortcut the numbers suggest can be read;
+* an experiment's results folder (:func:`experiment_progress`, :func:`paired_evaluations`):
+  which planned runs exist, and a seed's two selectors side by side at each evaluation, the
+  difference in the evaluation's standard errors (each run's event files give its task count).
 
 Bad input is one :class:`~mathagent.results.RunError` naming the file and what is missing.
 """
@@ -299,6 +302,47 @@ def experiment_progress(folder: str | Path, configs: Mapping[str, str | Path],
     held = sorted((c for c in out.columns if c.startswith("held-out")),
                   key=lambda c: int(c.rsplit(" ", 1)[1]))
     return out[["selector", "seed", "last step explored", *held]].fillna("-")
+
+
+def paired_evaluations(folder: str | Path, studied: str = "difficulty_based",
+                       baseline: str = "random") -> pd.DataFrame:
+    """The two selectors side by side where a seed has a run of each in results folder
+    ``folder``: per seed and evaluation step both made, each one's held-out accuracy, the
+    difference (``studied`` minus ``baseline``), the evaluation's standard error of that
+    difference (:func:`mathagent.metrics.eval_se` of each, over the tasks the run's event
+    files say it evaluated, in quadrature: two evaluations of different weights) and the
+    difference in those standard errors. That error is the evaluations' sampling noise only:
+    it says whether two runs' weights differ, not whether the selectors do (the spread over
+    seeds says that: :func:`mathagent.verdict.who_won`). Accuracies with three decimals, the
+    error with four, ``z`` with one. No row where no seed has both yet."""
+    from mathagent.metrics import eval_se
+    from mathagent.results import read_run, read_scalars
+
+    columns = ["seed", "step", baseline, studied, "difference", "evaluation SE", "z"]
+    evals: dict[tuple[int, str, int], tuple[float, float]] = {}
+    for run in run_folders([folder]):
+        table = read_run(run)
+        selector, seed = str(table["selector"].iloc[0]), int(table["seed"].iloc[0])
+        made = table.dropna(subset=["eval_accuracy"])
+        if selector not in (studied, baseline) or made.empty:
+            continue
+        tag = f"eval/{made['eval_taskset'].iloc[0]}/finished_task_count"
+        scalars = read_scalars(run)
+        tasks = scalars[scalars["tag"] == tag].set_index("step")["value"]
+        for step, accuracy in made[["step", "eval_accuracy"]].itertuples(index=False):
+            if step not in tasks.index:
+                raise RunError(f"{run}: no {tag} at step {int(step)}: the number of tasks its "
+                               "held-out accuracy is over")
+            evals[(seed, selector, int(step))] = (float(accuracy), float(tasks[step]))
+    rows = []
+    for seed, selector, step in sorted(evals):
+        if selector != baseline or (seed, studied, step) not in evals:
+            continue
+        (b, nb), (a, na) = evals[(seed, baseline, step)], evals[(seed, studied, step)]
+        se = float(np.hypot(eval_se(a, na), eval_se(b, nb)))
+        rows.append([seed, step, f"{b:.3f}", f"{a:.3f}", f"{a - b:+.3f}", f"{se:.4f}",
+                     f"{(a - b) / se:+.1f}" if se > 0 else "-"])
+    return pd.DataFrame(rows, columns=columns)
 
 
 def whole_step(folder: str | Path) -> str:

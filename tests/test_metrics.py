@@ -112,3 +112,15 @@ def test_bad_tables_get_clear_errors():
         M.time_to_baseline(unpaired)
     with pytest.raises(M.TableError, match="not numeric"):
         M.validate_table(t.assign(eval_accuracy="high"))
+
+
+def test_eval_se_is_the_bound_of_a_mean_of_task_accuracies():
+    assert M.eval_se(0.5, 100) == pytest.approx(0.05)
+    assert M.eval_se(0.0, 660) == 0.0 and M.eval_se(1.0, 660) == 0.0
+    assert M.eval_se([0.5, 0.1], [100, 100]) == pytest.approx([0.05, 0.03])
+    # the bound holds: tasks of 4 runs each, their accuracies' spread at most p(1 - p)
+    rng = np.random.default_rng(0)
+    tasks = rng.integers(0, 5, size=660) / 4
+    assert tasks.std(ddof=0) / np.sqrt(660) <= M.eval_se(tasks.mean(), 660)
+    with pytest.raises(ValueError, match="tasks must be positive"):
+        M.eval_se(0.5, 0)

@@ -252,6 +252,51 @@ def test_experiment_progress_refuses_a_run_its_folder_table_leaves_out(tmp_path)
         run_facts.experiment_progress(folder, QWEN_CONFIGS, (0, 1, 2))
 
 
+def test_paired_evaluations_put_a_seeds_two_runs_side_by_side_in_evaluation_errors(tmp_path):
+    """Per seed with both selectors, per evaluation both made: the accuracies, the difference
+    and its evaluation standard error from each run's own task count, recomputed here from the
+    event files of the committed 135M runs (3 seeds, evaluations every 10 steps)."""
+    folder = paths.RESULTS_DIR / "trinity_h200"
+    table = run_facts.paired_evaluations(folder)
+    assert table.columns.tolist() == ["seed", "step", "random", "difficulty_based",
+                                      "difference", "evaluation SE", "z"]
+    assert table[["seed", "step"]].values.tolist() == [[s, k] for s in (0, 1, 2)
+                                                        for k in (0, 10, 20, 30, 40)]
+    row = table.iloc[-1]   # seed 2, step 40
+    got = {}
+    for name in ("random", "difficulty"):
+        scalars = results.read_scalars(folder / f"{name}_seed2")
+        at40 = scalars[scalars["step"] == 40].set_index("tag")["value"]
+        got[name] = (at40[at40.index.str.match(r"eval/.*/accuracy/mean@\d+$")].iloc[0],
+                     at40[at40.index.str.endswith("/finished_task_count")
+                          & at40.index.str.startswith("eval/")].iloc[0])
+    (b, nb), (a, na) = got["random"], got["difficulty"]
+    assert nb == na == 200
+    se = np.sqrt(b * (1 - b) / nb + a * (1 - a) / na)
+    assert row.tolist()[2:] == [f"{b:.3f}", f"{a:.3f}", f"{a - b:+.3f}", f"{se:.4f}",
+                                f"{(a - b) / se:+.1f}"]
+    # a seed with one selector only has no row; no pair at all is an empty table
+    one = tmp_path / "one"
+    one.mkdir()
+    shutil.copytree(folder / "random_seed2", one / "random_seed2")
+    shutil.copytree(folder / "difficulty_seed1", one / "difficulty_seed1")
+    assert run_facts.paired_evaluations(one).empty
+
+
+def test_paired_evaluations_need_the_task_count_of_every_evaluation(tmp_path):
+    folder = tmp_path / "runs"
+    shutil.copytree(paths.RESULTS_DIR / "trinity_h200" / "random_seed0", folder / "random_seed0")
+    run = folder / "difficulty_seed0"
+    run.mkdir()
+    (run / "params.json").write_text('{"selector": "difficulty_based", "seed": 0}')
+    rows = [{"selector": "difficulty_based", "seed": 0, "step": 10, "rollout_accuracy": 0.1,
+             "eval_accuracy": 0.2, "eval_taskset": "eval-arithmetic"}]
+    pd.DataFrame(rows).to_csv(run / "results.csv", index=False)   # a tidy table, no events
+    with pytest.raises(results.RunError, match=r"difficulty_seed0: no eval/eval-arithmetic/"
+                                               r"finished_task_count at step 10"):
+        run_facts.paired_evaluations(folder)
+
+
 def test_replies_of_a_trinity_step_show_each_task_once_and_count_the_rest(tmp_path):
     """A Trinity run keeps one reply to each task of a step: each question heads its own reply,
     and past ``tasks`` questions the rest of the step is counted, with how many were rewarded."""
