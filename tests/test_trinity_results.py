@@ -1300,6 +1300,13 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
             f"{startup['vLLM engine ready']:.2f}, and the workflow runners take "
             f"{startup['all workflow runners ready'] - startup['vLLM engine ready']:.2f} "
             "minutes more") in flat
+    # where the runners' minute goes: the excerpt's times of the models, first runner, last
+    excerpt = (run / "train_log_excerpt.txt").read_text()
+    times = [re.search(rf"(\d\d:\d\d:\d\d) \[[\w.]+:\d+\] {what}", excerpt)[1]
+             for what in ("All models are ready", r"WorkflowRunner \[\w+\]\(asynchronous\) "
+                          "initialized", "Rollout coordinator is ready")]
+    assert (f"all models ready at {times[0]}, the first runner made at {times[1]}, the rollout "
+            f"coordinator ready at {times[2]}") in flat
     earliest = pd.read_csv(paths.RESULTS_DIR / "trinity_h200" / "startup.csv",
                            index_col=0).loc["step 1 starts"]
     assert f"step 1 {earliest.min():.1f}-{earliest.max():.1f} minutes after `train`" in flat
