@@ -272,13 +272,16 @@ def difference(per_seed_table: pd.DataFrame, selector: str, other: str,
 
 
 def eval_se(accuracy: Any, tasks: Any) -> np.ndarray | float:
-    """The standard error of a held-out accuracy from the evaluation alone, at most: the mean
-    over ``tasks`` tasks of each task's accuracy (the mean over its runs), which lies in [0, 1]
-    with mean ``accuracy``, so that its variance is at most ``accuracy * (1 - accuracy)``.
+    """The standard error of a held-out accuracy over ``tasks`` tasks, at most: the accuracy
+    is the mean over the tasks of each task's accuracy (the mean over its runs), which lies in
+    [0, 1], so that drawn from tasks of mean accuracy ``accuracy`` its variance is at most
+    ``accuracy * (1 - accuracy)`` (the task-level bound, ``0.5 / sqrt(tasks)`` at worst).
 
-    This is the evaluation's sampling noise: how far another draw of the same held-out tasks'
-    runs could move the number, for one set of weights. It leaves out how much the weights
-    depend on the run's seed (:func:`difference` measures that, from several seeds).
+    It bounds how far the number could move were the held-out tasks drawn anew, with their
+    runs, for one set of weights; the runs' noise alone, the tasks kept, is smaller (at most
+    the same over the runs per task). It leaves out how much the weights depend on the run's
+    seed (:func:`difference` measures that, from several seeds). Computed at the measured
+    accuracy: 0 for an accuracy of 0 or 1.
     """
     p, n = np.asarray(accuracy, dtype=float), np.asarray(tasks, dtype=float)
     if np.any(n <= 0):

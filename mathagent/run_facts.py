@@ -15,7 +15,8 @@ in the table. What is read:
   the replies it kept of its first and last steps, so a shortcut the numbers suggest can be read;
 * an experiment's results folder (:func:`experiment_progress`, :func:`paired_evaluations`):
   which planned runs exist, and a seed's two selectors side by side at each evaluation, the
-  difference in the evaluation's standard errors (each run's event files give its task count).
+  difference against a bound on the evaluations' standard error (each run's event files give
+  its task count).
 
 Bad input is one :class:`~mathagent.results.RunError` naming the file and what is missing.
 """
@@ -305,29 +306,49 @@ def experiment_progress(folder: str | Path, configs: Mapping[str, str | Path],
 
 
 def paired_evaluations(folder: str | Path, studied: str = "difficulty_based",
-                       baseline: str = "random") -> pd.DataFrame:
+                       baseline: str = "random",
+                       eval_taskset: str | None = None) -> pd.DataFrame:
     """The two selectors side by side where a seed has a run of each in results folder
     ``folder``: per seed and evaluation step both made, each one's held-out accuracy, the
-    difference (``studied`` minus ``baseline``), the evaluation's standard error of that
-    difference (:func:`mathagent.metrics.eval_se` of each, over the tasks the run's event
-    files say it evaluated, in quadrature: two evaluations of different weights) and the
-    difference in those standard errors. That error is the evaluations' sampling noise only:
-    it says whether two runs' weights differ, not whether the selectors do (the spread over
-    seeds says that: :func:`mathagent.verdict.who_won`). Accuracies with three decimals, the
-    error with four, ``z`` with one. No row where no seed has both yet."""
+    difference (``studied`` minus ``baseline``), a standard error of that difference and the
+    difference in it, ``z``. The error is :func:`mathagent.metrics.eval_se` of each run over
+    the tasks its event files say it evaluated, in quadrature: an upper bound on the
+    evaluations' noise (both runs answer the same tasks, so their difference varies less than
+    that), so ``z`` is, in size, at least what the runs' weights differ by in the evaluation's
+    noise. It
+    says nothing of whether the selectors differ: that is the spread over seeds
+    (:func:`mathagent.verdict.who_won`). Accuracies with three decimals, the error with four,
+    ``z`` with one. No row where no seed has both yet. ``eval_taskset`` picks the held-out set
+    where the runs evaluated several."""
     from mathagent.metrics import eval_se
     from mathagent.results import read_run, read_scalars
 
-    columns = ["seed", "step", baseline, studied, "difference", "evaluation SE", "z"]
+    columns = ["seed", "step", baseline, studied, "difference", "evaluation SE, at most",
+               "z (size at least)"]
     evals: dict[tuple[int, str, int], tuple[float, float]] = {}
+    made_by: dict[tuple[str, int], Path] = {}
     for run in run_folders([folder]):
-        table = read_run(run)
-        selector, seed = str(table["selector"].iloc[0]), int(table["seed"].iloc[0])
-        made = table.dropna(subset=["eval_accuracy"])
-        if selector not in (studied, baseline) or made.empty:
+        table = read_run(run, eval_taskset=eval_taskset)
+        if table.empty:
             continue
-        tag = f"eval/{made['eval_taskset'].iloc[0]}/finished_task_count"
+        selector, seed = str(table["selector"].iloc[0]), int(table["seed"].iloc[0])
+        if selector not in (studied, baseline):
+            continue
+        if (selector, seed) in made_by:
+            raise RunError(f"{run}: {selector} seed {seed} a second time (also "
+                           f"{made_by[(selector, seed)]})")
+        made_by[(selector, seed)] = run
+        made = table.dropna(subset=["eval_accuracy"])
+        if made.empty:
+            continue
+        if "eval_taskset" not in made or made["eval_taskset"].isna().all():
+            raise RunError(f"{run}: its held-out evaluations name no eval taskset (no "
+                           "eval_taskset column or params.json key)")
+        tag = f"eval/{made['eval_taskset'].dropna().iloc[0]}/finished_task_count"
         scalars = read_scalars(run)
+        if scalars.empty:
+            raise RunError(f"{run}: no TensorBoard event files, which give the number of tasks "
+                           "each held-out accuracy is over")
         tasks = scalars[scalars["tag"] == tag].set_index("step")["value"]
         for step, accuracy in made[["step", "eval_accuracy"]].itertuples(index=False):
             if step not in tasks.index:

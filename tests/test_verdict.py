@@ -252,49 +252,85 @@ def test_experiment_progress_refuses_a_run_its_folder_table_leaves_out(tmp_path)
         run_facts.experiment_progress(folder, QWEN_CONFIGS, (0, 1, 2))
 
 
-def test_paired_evaluations_put_a_seeds_two_runs_side_by_side_in_evaluation_errors(tmp_path):
-    """Per seed with both selectors, per evaluation both made: the accuracies, the difference
-    and its evaluation standard error from each run's own task count, recomputed here from the
-    event files of the committed 135M runs (3 seeds, evaluations every 10 steps)."""
-    folder = paths.RESULTS_DIR / "trinity_h200"
-    table = run_facts.paired_evaluations(folder)
+def _evaluated_run(folder, name: str, selector: str, seed: int, evals: dict) -> None:
+    """A Trinity run folder whose explorer logged, as Trinity does, 16 steps and held-out
+    evaluations ``{step: (accuracy, tasks)}`` on taskset ``arith``."""
+    from trinity.common.config import Config
+    from trinity.utils.monitor import TensorboardMonitor
+
+    job = folder / name
+    config = Config()
+    config.monitor.cache_dir = str(job / "monitor")
+    monitor = TensorboardMonitor("P", "", name, "explorer", config)
+    for step in range(1, 17):
+        logged = {"rollout/accuracy/mean": 0.3}
+        if step in evals:
+            logged.update({"eval/arith/accuracy/mean@4": evals[step][0],
+                           "eval/arith/finished_task_count": evals[step][1]})
+        monitor.log(logged, step)
+    monitor.close()
+    (job / "params.json").write_text(json.dumps({"selector": selector, "seed": seed,
+                                                 "eval_taskset": "arith"}))
+
+
+def test_paired_evaluations_put_a_seeds_two_runs_side_by_side(tmp_path):
+    """Per seed with both selectors, per evaluation both made: the accuracies, the difference,
+    the bound on its evaluation error from each run's own task count, and z. A seed with one
+    selector, an evaluation only one run made and another selector's run make no row."""
+    _evaluated_run(tmp_path, "random_seed0", "random", 0, {8: (0.352, 660), 16: (0.389, 600)})
+    _evaluated_run(tmp_path, "difficulty_seed0", "difficulty_based", 0,
+                   {8: (0.30, 660), 16: (0.45, 640), 12: (0.4, 660)})
+    _evaluated_run(tmp_path, "random_seed1", "random", 1, {8: (0.3, 660)})
+    _evaluated_run(tmp_path, "bots_seed0", "bots", 0, {8: (0.9, 660)})
+    table = run_facts.paired_evaluations(tmp_path)
     assert table.columns.tolist() == ["seed", "step", "random", "difficulty_based",
-                                      "difference", "evaluation SE", "z"]
-    assert table[["seed", "step"]].values.tolist() == [[s, k] for s in (0, 1, 2)
-                                                        for k in (0, 10, 20, 30, 40)]
-    row = table.iloc[-1]   # seed 2, step 40
-    got = {}
-    for name in ("random", "difficulty"):
-        scalars = results.read_scalars(folder / f"{name}_seed2")
-        at40 = scalars[scalars["step"] == 40].set_index("tag")["value"]
-        got[name] = (at40[at40.index.str.match(r"eval/.*/accuracy/mean@\d+$")].iloc[0],
-                     at40[at40.index.str.endswith("/finished_task_count")
-                          & at40.index.str.startswith("eval/")].iloc[0])
-    (b, nb), (a, na) = got["random"], got["difficulty"]
-    assert nb == na == 200
-    se = np.sqrt(b * (1 - b) / nb + a * (1 - a) / na)
-    assert row.tolist()[2:] == [f"{b:.3f}", f"{a:.3f}", f"{a - b:+.3f}", f"{se:.4f}",
-                                f"{(a - b) / se:+.1f}"]
-    # a seed with one selector only has no row; no pair at all is an empty table
-    one = tmp_path / "one"
-    one.mkdir()
-    shutil.copytree(folder / "random_seed2", one / "random_seed2")
-    shutil.copytree(folder / "difficulty_seed1", one / "difficulty_seed1")
-    assert run_facts.paired_evaluations(one).empty
+                                      "difference", "evaluation SE, at most",
+                                      "z (size at least)"]
+    se8 = np.sqrt(0.352 * 0.648 / 660 + 0.30 * 0.70 / 660)
+    se16 = np.sqrt(0.389 * 0.611 / 600 + 0.45 * 0.55 / 640)   # each run's own task count
+    assert table.values.tolist() == [
+        [0, 8, "0.352", "0.300", "-0.052", f"{se8:.4f}", f"{-0.052 / se8:+.1f}"],
+        [0, 16, "0.389", "0.450", "+0.061", f"{se16:.4f}", f"{0.061 / se16:+.1f}"]]
+    assert run_facts.paired_evaluations(tmp_path, studied="bots").values.tolist()[0][:5] == [
+        0, 8, "0.352", "0.900", "+0.548"]
+    # both at an accuracy of 0: no error to measure a difference in
+    _evaluated_run(tmp_path / "zero", "random_seed0", "random", 0, {8: (0.0, 660)})
+    _evaluated_run(tmp_path / "zero", "difficulty_seed0", "difficulty_based", 0, {8: (0.0, 660)})
+    assert run_facts.paired_evaluations(tmp_path / "zero").values.tolist() == [
+        [0, 8, "0.000", "0.000", "+0.000", "0.0000", "-"]]
+    # no pair yet: an empty table; the committed experiment has its runs' pairs, if any
+    assert run_facts.paired_evaluations(tmp_path / "zero" / "random_seed0").empty
+    committed = run_facts.paired_evaluations(paths.RESULTS_DIR / "trinity_h200")
+    assert committed[["seed", "step"]].values.tolist() == [[s, k] for s in (0, 1, 2)
+                                                            for k in (0, 10, 20, 30, 40)]
 
 
-def test_paired_evaluations_need_the_task_count_of_every_evaluation(tmp_path):
-    folder = tmp_path / "runs"
-    shutil.copytree(paths.RESULTS_DIR / "trinity_h200" / "random_seed0", folder / "random_seed0")
-    run = folder / "difficulty_seed0"
-    run.mkdir()
+def test_paired_evaluations_refuse_what_they_cannot_pair_in_one_line(tmp_path):
+    _evaluated_run(tmp_path / "twice", "random_seed0", "random", 0, {8: (0.3, 660)})
+    _evaluated_run(tmp_path / "twice", "random_again_seed0", "random", 0, {8: (0.3, 660)})
+    with pytest.raises(results.RunError, match=r"random seed 0 a second time \(also "):
+        run_facts.paired_evaluations(tmp_path / "twice")
+    # a tidy table without event files has no task counts
+    run = tmp_path / "tidy" / "difficulty_seed0"
+    run.mkdir(parents=True)
     (run / "params.json").write_text('{"selector": "difficulty_based", "seed": 0}')
     rows = [{"selector": "difficulty_based", "seed": 0, "step": 10, "rollout_accuracy": 0.1,
-             "eval_accuracy": 0.2, "eval_taskset": "eval-arithmetic"}]
-    pd.DataFrame(rows).to_csv(run / "results.csv", index=False)   # a tidy table, no events
-    with pytest.raises(results.RunError, match=r"difficulty_seed0: no eval/eval-arithmetic/"
-                                               r"finished_task_count at step 10"):
-        run_facts.paired_evaluations(folder)
+             "eval_accuracy": 0.2, "eval_taskset": "arith"}]
+    pd.DataFrame(rows).to_csv(run / "results.csv", index=False)
+    with pytest.raises(results.RunError, match="difficulty_seed0: no TensorBoard event files"):
+        run_facts.paired_evaluations(tmp_path / "tidy")
+    # evaluations that name no taskset
+    pd.DataFrame(rows).drop(columns="eval_taskset").to_csv(run / "results.csv", index=False)
+    with pytest.raises(results.RunError, match="difficulty_seed0: its held-out evaluations name "
+                                               "no eval taskset"):
+        run_facts.paired_evaluations(tmp_path / "tidy")
+    # an evaluation the events give no task count for
+    _evaluated_run(tmp_path / "count", "random_seed0", "random", 0, {8: (0.3, 660)})
+    rows[0].update({"selector": "random", "step": 12})
+    pd.DataFrame(rows).to_csv(tmp_path / "count" / "random_seed0" / "results.csv", index=False)
+    with pytest.raises(results.RunError, match=r"random_seed0: no eval/arith/finished_task_count"
+                                               r" at step 12"):
+        run_facts.paired_evaluations(tmp_path / "count")
 
 
 def test_replies_of_a_trinity_step_show_each_task_once_and_count_the_rest(tmp_path):
