@@ -1293,7 +1293,8 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
     # start-up against the run compiling anew on the same machine and the earlier H100's run
     compiling = pd.read_csv(QWEN_COMPILE / "startup.csv", index_col=0)["difficulty_seed0"]
     other_start = pd.read_csv(QWEN_MB2 / "startup.csv", index_col=0)["random_seed0"]
-    _assert_startup_table(readme, [startup, compiling, other_start], 5)
+    seed1 = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)["random_seed1"]
+    _assert_startup_table(readme, [startup, compiling, other_start, seed1], 5)
     assert (f"**{startup['step 1 starts']:.2f} minutes** with the run's own compile cache, "
             f"{compiling['step 1 starts']:.2f} compiling anew") in flat
     assert (f"ready at {startup['trainer workers ready']:.2f}, vLLM at "
@@ -1331,14 +1332,125 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
         text = " ".join(line.lstrip("# ") for line in name.read_text().splitlines())
         assert said[selector] in text
     top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
-    assert (f"has {['no', 'one', 'two', 'three', 'four', 'five', 'six'][len(made)]} run of six "
-            f"so far: random, seed 0, from {start.lo:.3f}-{start.hi:.3f} to {acc[16]:.3f} held "
-            "out") in top
+    acc1 = results.read_run(QWEN_EXPERIMENT / "random_seed1").set_index("step")["eval_accuracy"]
+    assert (f"has {['no', 'one', 'two', 'three', 'four', 'five', 'six'][len(made)]} runs of six "
+            f"so far: random, seeds 0 and 1, from {start.lo:.3f}-{start.hi:.3f} to {acc[16]:.3f} "
+            f"and {acc1[16]:.3f} held out") in top
     assert (f"took {end / 60:.1f} minutes of device time (step 1 at {startup['step 1 starts']:.2f}"
             f" minutes after `train` with its own vLLM compile cache, "
             f"{phases['whole step (log: one explore start to the next)']:.0f} s a step) and "
             f"reached a held-out accuracy of {acc[8]:.3f} at step 8 and {acc[16]:.3f} at step "
             "16") in top
+
+
+def test_the_experiments_second_stretch_is_what_its_calls_run_and_tables_hold():
+    """Stretch 2 of the experiment: the device time of its calls, the run it made
+    (``random_seed1``): held-out accuracy against seed 0's, the batches, the effective task
+    ratio from the buffer, the replies, the step split, the memory and the start-up lever."""
+    flat = _flat(QWEN_EXPERIMENT)
+    top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
+    calls = pd.read_csv(QWEN_EXPERIMENT / "device_time.csv").query("stretch == 2")
+    after = calls["device_s_after"].tolist()
+    assert calls["calls"].sum() == 37 and calls.iloc[-1]["what"] == "given back"
+    for said in (f"no machine ({after[0]:.1f} s of device time)", f"none of its kind ({after[1]:.1f} s)",
+                 f"An H200 came at {after[2]:.1f} s", f"14 part calls ({after[3]:.1f} s)",
+                 f"before the call returned, at {after[4]:.1f} s", f"no machine ({after[6]:.1f} s)",
+                 f"an H100 came at {after[7]:.1f} s", f"the total to {after[8]:.1f} s",
+                 f"back whole at {after[10]:.1f} s", f"Given back at {after[11]:.1f} s"):
+        assert said in flat, said
+    assert f"**{(after[10] - after[6]) / 60:.1f} minutes** from the last call without a machine" \
+        in flat
+    assert f"With {(1800 - after[6]) / 60:.1f} minutes left" in flat
+    assert set(calls["card"]) == {"-", "NVIDIA H200", "NVIDIA H100 80GB HBM3"}
+    follow = (QWEN_EXPERIMENT / "follow_stretch2.log").read_text()
+    took = re.search(r"setup took (\d+) s", follow)[1]
+    assert f"(set-up {took} s;" in flat
+    run = QWEN_EXPERIMENT / "random_seed1"
+    startup = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)
+    one, zero = startup["random_seed1"], startup["random_seed0"]
+    assert (f"end {one['train command ends']:.2f} minutes, step 1 at {one['step 1 starts']:.2f})"
+            in flat)
+    config = (run / "launched_config.yaml").read_text() + (
+        run / "trinity_config_runtime.txt").read_text()
+    assert "runner_prepare_concurrency=16" in config
+    assert "runner_prepare_concurrency=16" not in (
+        QWEN_EXPERIMENT / "random_seed0" / "trinity_config_runtime.txt").read_text()
+    # held-out accuracy, seed 1 against seed 0, and the bound of a difference
+    acc = {r: results.read_run(QWEN_EXPERIMENT / r).dropna(subset=["eval_accuracy"])
+           .set_index("step")["eval_accuracy"] for r in ("random_seed0", "random_seed1")}
+    one_acc, zero_acc = acc["random_seed1"], acc["random_seed0"]
+    assert (f"**{one_acc[8]:.3f} at step 8** and **{one_acc[16]:.3f} at step 16** (seed 0: "
+            f"{zero_acc[8]:.3f} and {zero_acc[16]:.3f})") in flat
+    gaps = [abs(one_acc[k] - zero_acc[k]) for k in (8, 16)]
+    bound = np.sqrt(2) * 0.5 / np.sqrt(660)
+    assert f"{gaps[0]:.3f} and {gaps[1]:.3f} apart" in flat and max(gaps) < bound
+    assert f"({bound:.4f}, sqrt(2) x 0.0195)" in flat
+    assert (f"and {one_acc[16]:.3f} (step 1 at {one['step 1 starts']:.2f} minutes, compiling, "
+            "its 16 workflow runners made at once") in top
+    # the batches, the effective task ratio from the buffer, the replies
+    steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
+    assert ", ".join(f"{r:.3f}" for r in steps["mean_reward"]) + " (steps 1-16)" in flat
+    assert (steps["tool_call_rate"] == 0).all()
+    table = results.read_run(run)
+    fl = run_facts.first_last(table, window=4).iloc[0]
+    assert (f"rollout accuracy {fl['rollout accuracy, first 4']} over the first four steps, "
+            f"{fl['rollout accuracy, last 4']} over the last four; replies from "
+            f"{fl['reply tokens, first 4']} to {fl['reply tokens, last 4']} tokens") in flat
+    etr = table.set_index("step")["effective_task_ratio"]
+    assert etr.tolist() == steps["effective_task_ratio"].tolist()   # read from the buffer
+    assert (f"{etr[:4].mean():.2f} over the first four steps, {etr[-4:].mean():.2f} over the "
+            f"last four, {etr[16]:.2f} at step 16 (one task of 16") in flat
+    assert etr[16] == 1 / 16
+    assert (f"KL to the start {fl['KL, first 4']} over the first four steps, {fl['KL, last 4']} "
+            "over the last four") in flat
+    sources = pd.read_csv(QWEN_EXPERIMENT / "etr_sources.csv").set_index("run")
+    assert sources.at["random_seed1", "source"] == "experience buffer"
+    samples = pd.read_json(run / "samples.jsonl", lines=True)
+    by_step = {k: g["response"] for k, g in samples.groupby("step")}
+
+    def count(step, pattern):
+        return int(by_step[step].str.contains(pattern, regex=True, case=False).sum())
+
+    boxed = r"\\boxed"
+    assert (f"at step 1, {count(1, '```python')} of the 16 write a Python code block and "
+            f"{count(1, boxed)} box an answer; at step 16, {count(16, '```python')} writes "
+            f"a code block, {count(16, 'python')} mention Python and all 16 box an answer") in flat
+    assert count(16, boxed) == 16
+    # step time, memory
+    phases = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0)
+    p1, p0 = phases["random_seed1"], phases["random_seed0"]
+    whole = "whole step (log: one explore start to the next)"
+    assert (f"median **{p1[whole]:.1f} s** (training {p1['training step']:.2f} s, weight sync "
+            f"{p1['weight sync']:.2f} s, rollout phase {p1['rollout phase']:.2f} s)") in flat
+    evals = results.read_scalars(run).query("tag == 'time/eval'").set_index("step")["value"]
+    timed = json.loads((run / "timings.json").read_text())["whole_step_s"]
+    assert (f"the evaluations took {evals[8]:.0f} and {evals[16]:.0f} s, steps 8 and 16 "
+            f"{timed['step 8']:.0f} and {timed['step 16']:.0f} s") in flat
+    assert f"({p0[whole]:.1f} s a step there)" in flat
+    memory = pd.read_csv(QWEN_EXPERIMENT / "gpu_memory.csv", index_col=0)["random_seed1"]
+    assert (f"at most **{memory['run, all processes (sum at one time)']:.1f} GiB** at one time "
+            f"(the trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
+            f"{memory['vLLM engine worker']:.1f}") in flat
+    reserved, used = _memory_peaks(run)
+    assert f"`max_memory_reserved_gb` {reserved:.1f}, at most {used:.1f} in use" in flat
+    gpu = pd.read_csv(QWEN_EXPERIMENT / "gpu_stretch2.csv", header=None)
+    assert f"at most {gpu[1].str.replace(' MiB', '').astype(int).max():,} MiB of 81,559" in flat
+    # the start-up lever alone: one wave of runners, against seed 0's two
+    compile_s = re.search(r"torch.compile took ([\d.]+) s",
+                          (run / "train_log_excerpt.txt").read_text())[1]
+    assert f"(torch.compile {float(compile_s):.1f} s)" in flat
+    assert f"began step 1 at **{one['step 1 starts']:.2f} minutes**: " \
+        f"{one['step 1 starts'] - 2:.2f} short of the goal" in flat
+    models = "all rollout models ready"
+    assert one["first workflow runner made"] == one["all workflow runners ready"]
+    assert (f"ready {one['all workflow runners ready'] - one[models]:.2f} minutes after the models"
+            f" (the first of them and the last together), against "
+            f"{zero['all workflow runners ready'] - zero[models]:.2f} in `random_seed0` (the first "
+            f"{zero['first workflow runner made'] - zero[models]:.2f}, the last "
+            f"{zero['all workflow runners ready'] - zero['first workflow runner made']:.2f} later)"
+            ) in flat
+    assert (f"were ready {zero['trainer workers ready'] - one['trainer workers ready']:.2f} "
+            "minutes sooner") in flat
 
 
 def test_the_compile_readme_states_what_its_run_and_the_experiments_hold():
