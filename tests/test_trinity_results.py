@@ -1184,6 +1184,19 @@ def _assert_startup_table(readme: str, columns: list[pd.Series], rows: int) -> N
         assert table[milestone] == [f"{c[milestone]:.2f}" for c in columns], milestone
 
 
+def _assert_experiment_memory(flat: str, run: Path, stretch: int) -> None:
+    """The experiment README's memory paragraph of ``run``: its processes' peaks, the
+    trainer's own, and the GPU's in the stretch's monitor lines."""
+    memory = pd.read_csv(QWEN_EXPERIMENT / "gpu_memory.csv", index_col=0)[run.name]
+    assert (f"at most **{memory['run, all processes (sum at one time)']:.1f} GiB** at one time "
+            f"(the trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
+            f"{memory['vLLM engine worker']:.1f}") in flat
+    reserved, used = _memory_peaks(run)
+    assert f"`max_memory_reserved_gb` {reserved:.1f}, at most {used:.1f} in use" in flat
+    gpu = pd.read_csv(QWEN_EXPERIMENT / f"gpu_stretch{stretch}.csv", header=None)
+    assert f"at most {gpu[1].str.replace(' MiB', '').astype(int).max():,} MiB of 81,559" in flat
+
+
 def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
     """The experiment's README: how many of the planned runs exist, the shared start, the
     stretch's device time, the held-out accuracies and their bound, the batches' rewards, the
@@ -1282,14 +1295,7 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
             "explore start to the next") in flat
     other = pd.read_csv(QWEN_MB2 / "phase_times.csv", index_col=0)["random_seed0"]
     assert f"took {other['whole step (log: one explore start to the next)']:.1f} s a step" in flat
-    memory = pd.read_csv(QWEN_EXPERIMENT / "gpu_memory.csv", index_col=0)["random_seed0"]
-    assert (f"at most **{memory['run, all processes (sum at one time)']:.1f} GiB** at one time "
-            f"(the trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
-            f"{memory['vLLM engine worker']:.1f}") in flat
-    reserved, used = _memory_peaks(run)
-    assert f"`max_memory_reserved_gb` {reserved:.1f}, at most {used:.1f} in use" in flat
-    gpu = pd.read_csv(QWEN_EXPERIMENT / "gpu_stretch1.csv", header=None)
-    assert f"at most {gpu[1].str.replace(' MiB', '').astype(int).max():,} MiB of 81,559" in flat
+    _assert_experiment_memory(flat, run, 1)
     # start-up against the run compiling anew on the same machine and the earlier H100's run
     compiling = pd.read_csv(QWEN_COMPILE / "startup.csv", index_col=0)["difficulty_seed0"]
     other_start = pd.read_csv(QWEN_MB2 / "startup.csv", index_col=0)["random_seed0"]
@@ -1427,14 +1433,7 @@ def test_the_experiments_second_stretch_is_what_its_calls_run_and_tables_hold():
     assert (f"the evaluations took {evals[8]:.0f} and {evals[16]:.0f} s, steps 8 and 16 "
             f"{timed['step 8']:.0f} and {timed['step 16']:.0f} s") in flat
     assert f"({p0[whole]:.1f} s a step there)" in flat
-    memory = pd.read_csv(QWEN_EXPERIMENT / "gpu_memory.csv", index_col=0)["random_seed1"]
-    assert (f"at most **{memory['run, all processes (sum at one time)']:.1f} GiB** at one time "
-            f"(the trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
-            f"{memory['vLLM engine worker']:.1f}") in flat
-    reserved, used = _memory_peaks(run)
-    assert f"`max_memory_reserved_gb` {reserved:.1f}, at most {used:.1f} in use" in flat
-    gpu = pd.read_csv(QWEN_EXPERIMENT / "gpu_stretch2.csv", header=None)
-    assert f"at most {gpu[1].str.replace(' MiB', '').astype(int).max():,} MiB of 81,559" in flat
+    _assert_experiment_memory(flat, run, 2)
     # the start-up lever alone: one wave of runners, against seed 0's two
     compile_s = re.search(r"torch.compile took ([\d.]+) s",
                           (run / "train_log_excerpt.txt").read_text())[1]
