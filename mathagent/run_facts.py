@@ -315,8 +315,7 @@ def paired_evaluations(folder: str | Path, studied: str = "difficulty_based",
     the tasks its event files say it evaluated, in quadrature: an upper bound on the
     evaluations' noise (both runs answer the same tasks, so their difference varies less than
     that), so ``z`` is, in size, at least what the runs' weights differ by in the evaluation's
-    noise. It
-    says nothing of whether the selectors differ: that is the spread over seeds
+    noise. It says nothing of whether the selectors differ: that is the spread over seeds
     (:func:`mathagent.verdict.who_won`). Accuracies with three decimals, the error with four,
     ``z`` with one. No row where no seed has both yet. ``eval_taskset`` picks the held-out set
     where the runs evaluated several."""
