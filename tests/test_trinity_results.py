@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -1451,6 +1452,131 @@ def test_the_experiments_second_stretch_is_what_its_calls_run_and_tables_hold():
     assert (f"were ready {zero['trainer workers ready'] - one['trainer workers ready']:.2f} "
             "minutes sooner") in flat
 
+
+
+QWEN_CUT = paths.RESULTS_DIR / "trinity_h100_qwen_cut"
+
+
+def test_the_cut_difficulty_run_readme_states_what_its_files_hold():
+    """The first ``difficulty_based`` run of the experiment, cut at step 9: its step-8
+    evaluation beside ``random`` seed 0's, the batches its selector picked, its effective task
+    ratio from the buffer against Trinity's, the replies, the start-up against ``random_seed1``,
+    the step times and the memory are what its files hold."""
+    readme = (QWEN_CUT / "README.md").read_text()
+    flat = _flat(QWEN_CUT)
+    run = QWEN_CUT / "difficulty_seed0"
+    assert "**This run is not part of the experiment** (it did not reach step 16)" in flat
+    table = results.read_run(run)
+    assert table["selector"].iloc[0] == "difficulty_based" and table["seed"].iloc[0] == 0
+    assert table["step"].max() == 9
+    config = (run / "launched_config.yaml").read_text()
+    assert "runner_prepare_concurrency: 16" in config and "target_reward: 0.8" in config
+    assert "vLLM starts from the carried compile cache" in (QWEN_CUT / "follow.log").read_text()
+    # step 8's evaluation beside random seed 0's: the table is what paired_evaluations gives
+    with tempfile.TemporaryDirectory() as tmp:
+        for source in (run, QWEN_EXPERIMENT / "random_seed0"):
+            (Path(tmp) / source.name).symlink_to(source.resolve())
+        pair = run_facts.paired_evaluations(tmp)
+    assert len(pair) == 1
+    row = pair.iloc[0]
+    assert _table_rows(readme, 7)["0"] == [
+        str(row["step"]), row["random"], row["difficulty_based"], row["difference"],
+        row["evaluation SE, at most"], row["z (size at least)"]]
+    assert f"{float(row['z (size at least)']):.1f} bounds on the evaluations' error apart" in flat
+    seeds = {r: results.read_run(QWEN_EXPERIMENT / r).set_index("step")["eval_accuracy"][8]
+             for r in ("random_seed0", "random_seed1")}
+    assert f"were {abs(seeds['random_seed1'] - seeds['random_seed0']):.3f} apart at step 8" in flat
+    # the batches: rollout accuracy per step, random seed 0's range, ETR, reply lengths
+    steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
+    acc = table.set_index("step")["rollout_accuracy"]
+    assert np.allclose(acc.to_numpy(), steps["mean_reward"].to_numpy(), atol=5e-5)
+    assert ", ".join(f"{a:.3f}" for a in acc) + " (steps 1-9)" in flat
+    first9 = results.read_run(QWEN_EXPERIMENT / "random_seed0").query("step <= 9")
+    assert (f"against {first9['rollout_accuracy'].min():.3f}-"
+            f"{first9['rollout_accuracy'].max():.3f} in `random_seed0`'s first nine steps") in flat
+    fl = run_facts.first_last(table, window=4).iloc[0]
+    assert (f"{fl['reply tokens, first 4']} tokens over the first four steps, "
+            f"{fl['reply tokens, last 4']} over the last four") in flat
+    etr = table.set_index("step")["effective_task_ratio"]
+    top = etr.max()
+    assert (f"from {etr[1]} at step 1 to {top} at steps "
+            f"{' and '.join(str(k) for k in etr.index[etr == top])}") in flat
+    assert f"was {etr[8]} at steps 8 and 9" in flat and etr[9] == etr[8]
+    sources = pd.read_csv(QWEN_CUT / "etr_sources.csv").set_index("run").loc["difficulty_seed0"]
+    assert sources["source"] == "pass_rate_calculator"
+    assert sources["steps_experience_buffer"] == sources["steps_pass_rate_calculator"] == 9
+    assert sources["largest_difference"] == 0
+    assert f"largest difference {sources['largest_difference']}" in flat
+    assert (steps["effective_task_ratio"].to_numpy() == etr.to_numpy()).all()
+    samples = pd.read_json(run / "samples.jsonl", lines=True)
+    by_step = {k: g["response"] for k, g in samples.groupby("step")}
+    code = {k: int(v.str.contains("```python", regex=False).sum()) for k, v in by_step.items()}
+    boxed = {k: int(v.str.contains(r"\\boxed", regex=True).sum()) for k, v in by_step.items()}
+    assert (f"at step 1, {code[1]} of the 16 write a Python code block and {boxed[1]} box an "
+            f"answer; at step 9, {code[9]} writes a code block and all 16 box") in flat
+    assert boxed[9] == 16 and (steps["tool_call_rate"] == 0).all()
+    # start-up against random_seed1, step times, memory
+    here = pd.read_csv(QWEN_CUT / "startup.csv", index_col=0)["difficulty_seed0"]
+    seed1 = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)["random_seed1"]
+    _assert_startup_table(readme, [here, seed1], 6)
+    load, ready = "vLLM worker loads the model", "vLLM engine ready"
+    assert (f"ready {here[ready] - here[load]:.2f} minutes after it began loading the model, "
+            f"against {seed1[ready] - seed1[load]:.2f} compiling anew") in flat
+    models, runners = "all rollout models ready", "all workflow runners ready"
+    assert (f"{here[runners] - here[models]:.2f} minutes after the models "
+            f"({seed1[runners] - seed1[models]:.2f} in `random_seed1`), all 16 within "
+            f"{here[runners] - here['first workflow runner ready']:.2f} of the first") in flat
+    assert f"Step 1 at **{here['step 1 starts']:.2f} minutes**" in flat
+    took = re.search(r"setup took (\d+) s", (QWEN_CUT / "follow.log").read_text())[1]
+    assert f"the set-up before `train` {took} s" in flat
+    timed = json.loads((run / "timings.json").read_text())["whole_step_s"]
+    values = [f"{s:.0f}" for s in timed.values()]
+    assert f"Steps 1-8 took {', '.join(values[:-1])} and {values[-1]} s" in flat
+    phases = pd.read_csv(QWEN_CUT / "phase_times.csv", index_col=0)["difficulty_seed0"]
+    assert (f"**{phases['whole step (log: one explore start to the next)']:.1f} s** the median "
+            f"(`phase_times.csv`: training {phases['training step']:.2f} s, weight sync "
+            f"{phases['weight sync']:.2f} s, rollout phase {phases['rollout phase']:.2f} s); the "
+            f"evaluation took {phases['evaluation']:.1f} s") in flat
+    memory = pd.read_csv(QWEN_CUT / "gpu_memory.csv", index_col=0)["difficulty_seed0"]
+    assert (f"**{memory['run, all processes (sum at one time)']:.1f} GiB** at one time (the "
+            f"trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
+            f"{memory['vLLM engine worker']:.1f})") in flat
+    gpu = pd.read_csv(QWEN_CUT / "gpu.csv", header=None)
+    assert f"at most {gpu[1].str.replace(' MiB', '').astype(int).max():,} MiB of 81,559" in flat
+
+
+def test_the_experiments_third_stretch_is_what_its_calls_and_the_cut_run_hold():
+    """Stretch 3 of the experiment: the device time of its calls, and what the cut
+    ``difficulty_based`` run reached, as the calls' table and the run's files hold them; the
+    top README and the experiment README say it is not one of the six."""
+    flat = _flat(QWEN_EXPERIMENT)
+    top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
+    calls = pd.read_csv(QWEN_EXPERIMENT / "device_time.csv").query("stretch == 3")
+    after = calls["device_s_after"].tolist()
+    assert calls["calls"].sum() == 23
+    assert f"({after[0]:.1f}, {after[1]:.1f} and {after[2]:.1f} s of device time)" in flat
+    assert f"H100 came at {after[3]:.1f} s" in flat
+    parts = calls.iloc[4]
+    assert f"the {parts['calls']} part calls" in flat and f"total to {after[4]:.1f} s" in flat
+    assert f"returned at {after[5]:.1f} s with the run at step 9" in flat
+    assert calls.iloc[5]["for"] == "results/trinity_h100_qwen_cut"
+    assert f"no other could be started ({after[6]:.1f} s). The {(1800 - after[6]) / 60:.1f} " \
+        "minutes left could not hold a run" in flat
+    run = QWEN_CUT / "difficulty_seed0"
+    table = results.read_run(run).set_index("step")
+    baseline = results.read_run(QWEN_EXPERIMENT / "random_seed0").set_index("step")
+    ours, theirs = table["eval_accuracy"][8], baseline["eval_accuracy"][8]
+    assert f"held-out **{ours:.3f} at step 8**, against {theirs:.3f} for `random` seed 0" in flat
+    acc = table["rollout_accuracy"]
+    assert f"rollout accuracy {acc[1]:.3f} at step 1, {acc[9]:.3f} at step 9" in flat
+    here = pd.read_csv(QWEN_CUT / "startup.csv", index_col=0)["difficulty_seed0"]
+    phases = pd.read_csv(QWEN_CUT / "phase_times.csv", index_col=0)["difficulty_seed0"]
+    assert (f"step 1 at {here['step 1 starts']:.2f} minutes, "
+            f"{phases['whole step (log: one explore start to the next)']:.1f} s a step") in flat
+    assert "difficulty_seed0" not in {p.name for p in QWEN_EXPERIMENT.iterdir()}
+    assert (f"a first `difficulty_based` run, cut at step 9, was at {ours:.3f} at step 8 against "
+            f"random's {theirs:.3f} with seed 0") in top
+    assert f"at step 8 it held {ours:.3f} against random's {theirs:.3f}" in top
 
 def test_the_compile_readme_states_what_its_run_and_the_experiments_hold():
     """The run that compiled anew on the experiment's machine: its start-up against the run
