@@ -1471,7 +1471,8 @@ def test_the_cut_difficulty_run_readme_states_what_its_files_hold():
     assert table["step"].max() == 9
     config = (run / "launched_config.yaml").read_text()
     assert "runner_prepare_concurrency: 16" in config and "target_reward: 0.8" in config
-    assert "vLLM starts from the carried compile cache" in (QWEN_CUT / "follow.log").read_text()
+    follow = (QWEN_CUT / "follow_difficulty_seed0.log").read_text()
+    assert "vLLM starts from the carried compile cache" in follow
     # step 8's evaluation beside random seed 0's: the table is what paired_evaluations gives
     with tempfile.TemporaryDirectory() as tmp:
         for source in (run, QWEN_EXPERIMENT / "random_seed0"):
@@ -1527,7 +1528,7 @@ def test_the_cut_difficulty_run_readme_states_what_its_files_hold():
             f"({seed1[runners] - seed1[models]:.2f} in `random_seed1`), all 16 within "
             f"{here[runners] - here['first workflow runner ready']:.2f} of the first") in flat
     assert f"Step 1 at **{here['step 1 starts']:.2f} minutes**" in flat
-    took = re.search(r"setup took (\d+) s", (QWEN_CUT / "follow.log").read_text())[1]
+    took = re.search(r"setup took (\d+) s", follow)[1]
     assert f"the set-up before `train` {took} s" in flat
     timed = json.loads((run / "timings.json").read_text())["whole_step_s"]
     values = [f"{s:.0f}" for s in timed.values()]
@@ -1541,7 +1542,7 @@ def test_the_cut_difficulty_run_readme_states_what_its_files_hold():
     assert (f"**{memory['run, all processes (sum at one time)']:.1f} GiB** at one time (the "
             f"trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
             f"{memory['vLLM engine worker']:.1f})") in flat
-    gpu = pd.read_csv(QWEN_CUT / "gpu.csv", header=None)
+    gpu = pd.read_csv(QWEN_CUT / "gpu_difficulty_seed0.csv", header=None)
     assert f"at most {gpu[1].str.replace(' MiB', '').astype(int).max():,} MiB of 81,559" in flat
 
 
@@ -1577,6 +1578,155 @@ def test_the_experiments_third_stretch_is_what_its_calls_and_the_cut_run_hold():
     assert (f"a first `difficulty_based` run, cut at step 9, was at {ours:.3f} at step 8 against "
             f"random's {theirs:.3f} with seed 0") in top
     assert f"at step 8 it held {ours:.3f} against random's {theirs:.3f}" in top
+
+
+def test_the_cut_random_run_readme_states_what_its_files_hold():
+    """The third seed of ``random``, cut at step 11: the step-8 evaluations of every run so far,
+    the spread of ``random``'s seeds and what it allows the experiment to show, the batches, the
+    replies, the start-up against the other ``random`` runs, the step times and the memory are
+    what its files hold."""
+    readme = (QWEN_CUT / "README.md").read_text()
+    flat = _flat(QWEN_CUT)
+    run = QWEN_CUT / "random_seed2"
+    assert flat.count("**This run is not part of the experiment** (it did not reach step 16)") == 2
+    table = results.read_run(run).set_index("step")
+    assert table["selector"].iloc[0] == "random" and table["seed"].iloc[0] == 2
+    assert table.index.max() == 11
+    config = (run / "launched_config.yaml").read_text()
+    assert "runner_prepare_concurrency: 16" in config and "seed: 2" in config
+    log = (QWEN_CUT / "follow_random_seed2.log").read_text()
+    assert "vllm_cache_seed" not in log and "carried compile cache" not in log
+    assert "Explore step 11" in log and "no buffer samples: stopped after 10 s" in log
+    # step 8 of every run so far: random's three seeds and the cut difficulty-based run
+    step8 = {f"random_seed{s}": results.read_run(QWEN_EXPERIMENT / f"random_seed{s}")
+             .set_index("step")["eval_accuracy"][8] for s in (0, 1)}
+    step8["random_seed2"] = table["eval_accuracy"][8]
+    difficulty = results.read_run(QWEN_CUT / "difficulty_seed0").set_index("step")
+    rows = _table_rows(readme, 3)
+    assert rows["0"] == [f"{step8['random_seed0']:.3f}",
+                         f"{difficulty['eval_accuracy'][8]:.3f} (the cut run above)"]
+    assert rows["1"] == [f"{step8['random_seed1']:.3f}", "-"]
+    assert rows["2"] == [f"{step8['random_seed2']:.3f} (this run)", "-"]
+    values = np.array(list(step8.values()))
+    sd = values.std(ddof=1)
+    assert (f"span **{values.max() - values.min():.3f}** at step 8 (mean {values.mean():.3f}, "
+            f"standard deviation {sd:.3f} over seeds)") in flat
+    se = sd * np.sqrt(2 / 3)
+    assert f"standard error near {se:.3f} from this spread alone" in flat
+    assert f"a difference of about {2 * se:.2f} or more at step 8" in flat
+    assert values.min() < difficulty["eval_accuracy"][8] < values.max()
+    # the batches and the replies
+    acc = table["rollout_accuracy"]
+    assert ", ".join(f"{a:.3f}" for a in acc) + " (steps 1-11)" in flat
+    for name in ("random_seed0", "random_seed1"):
+        other = results.read_run(QWEN_EXPERIMENT / name).query("step <= 11")["rollout_accuracy"]
+        assert f"`{name}`'s {other.min():.3f}-{other.max():.3f}" in flat
+    assert f"by up to {acc.diff().abs().max():.2f} from one step to the next" in flat
+    steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
+    assert list(steps.index) == list(range(1, 11))
+    assert np.allclose(acc[:10].to_numpy(), steps["mean_reward"].to_numpy(), atol=5e-5)
+    etr = ", ".join(f"{e:.3f}".rstrip("0") for e in steps["effective_task_ratio"])
+    assert f"buffer was {etr} (steps 1-10)" in flat
+    fl = run_facts.first_last(results.read_run(run), window=4).iloc[0]
+    assert (f"from {fl['reply tokens, first 4']} tokens over the first four steps to "
+            f"{fl['reply tokens, last 4']} over the last four") in flat
+    samples = pd.read_json(run / "samples.jsonl", lines=True)
+    by_step = {k: g["response"] for k, g in samples.groupby("step")}
+    assert sorted(by_step) == [1, 10] and all(len(v) == 16 for v in by_step.values())
+    code = {k: int(v.str.contains("```python", regex=False).sum()) for k, v in by_step.items()}
+    boxed = {k: int(v.str.contains(r"\\boxed", regex=True).sum()) for k, v in by_step.items()}
+    assert (f"At step 1, {code[1]} of the 16 write a Python code block and {boxed[1]} box an "
+            "answer; at step 10, none writes a code block and all 16 box one") in flat
+    assert code[10] == 0 and boxed[10] == 16 and (steps["tool_call_rate"] == 0).all()
+    # start-up against the other random runs
+    here = pd.read_csv(QWEN_CUT / "startup.csv", index_col=0)["random_seed2"]
+    earlier = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)
+    seed1, seed0 = earlier["random_seed1"], earlier["random_seed0"]
+    _assert_startup_table(readme, [here, seed1, seed0], 6)
+    load, ready = "vLLM worker loads the model", "vLLM engine ready"
+    models, runners = "all rollout models ready", "all workflow runners ready"
+    assert (f"took {here['step 1 starts'] - seed1['step 1 starts']:.2f} minutes longer to step 1 "
+            f"on this machine: vLLM began loading the model {here[load] - seed1[load]:.2f} "
+            f"minutes later and was ready {here[ready] - here[load]:.2f} minutes after it "
+            f"({seed1[ready] - seed1[load]:.2f} for `random_seed1`), and the runners took "
+            f"{here[runners] - here[models]:.2f} minutes after the models "
+            f"({seed1[runners] - seed1[models]:.2f})") in flat
+    took = re.search(r"setup took (\d+) s", log)[1]
+    assert f"`train` took {took} s (`follow_random_seed2.log`)" in flat
+    # step times and memory
+    timed = json.loads((run / "timings.json").read_text())["whole_step_s"]
+    values = [f"{s:.0f}" for s in timed.values()]
+    assert len(values) == 10
+    assert f"Steps 1-10 took {', '.join(values[:-1])} and {values[-1]} s" in flat
+    phases = pd.read_csv(QWEN_CUT / "phase_times.csv", index_col=0)["random_seed2"]
+    assert (f"**{phases['whole step (log: one explore start to the next)']:.1f} s** the median "
+            f"(`phase_times.csv`: training {phases['training step']:.2f} s, weight sync "
+            f"{phases['weight sync']:.2f} s, rollout phase {phases['rollout phase']:.2f} s); the "
+            f"evaluation took {phases['evaluation']:.1f} s") in flat
+    memory = pd.read_csv(QWEN_CUT / "gpu_memory.csv", index_col=0)["random_seed2"]
+    assert (f"**{memory['run, all processes (sum at one time)']:.1f} GiB** at one time (the "
+            f"trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
+            f"{memory['vLLM engine worker']:.1f})") in flat
+    gpu = pd.read_csv(QWEN_CUT / "gpu_random_seed2.csv", header=None)
+    most = gpu[1].str.replace(" MiB", "").astype(int).max()
+    assert f"the GPU at most {most:,} MiB of 81,559" in flat
+    assert f"the H100 kept {(81_559 - most) / 1024:.0f} GiB free" in flat
+    scalars = results.read_scalars(run)
+    reserve = scalars.query("tag == 'actor/perf/max_memory_reserved_gb'").set_index("step")["value"]
+    grew = [int(s) for s in reserve.index if s == reserve.index.min()
+            or reserve[s] > reserve[s - 1]]
+    assert (f"reserved more with each of steps {', '.join(map(str, grew[:-1]))} and {grew[-1]} "
+            f"({reserve.iloc[0]:.1f} to {reserve.max():.1f}") in flat
+    _, used = _memory_peaks(run)
+    others = [_memory_peaks(r)[0] for r in (QWEN_CUT / "difficulty_seed0",
+                                             QWEN_EXPERIMENT / "random_seed0",
+                                             QWEN_EXPERIMENT / "random_seed1")]
+    assert f"never had more than {used:.1f} GiB in use" in flat
+    assert f"whose reserve stopped at {min(others):.1f}-{max(others):.1f} GiB" in flat
+
+
+def test_the_experiments_fourth_stretch_is_what_its_calls_and_the_cut_run_hold():
+    """Stretch 4 of the experiment: the device time of its calls (eleven without a machine, a
+    machine with too little left for a whole run), and what the cut ``random`` run reached, as
+    the calls' table and the run's files hold them; the top README says what the spread of
+    ``random``'s seeds allows."""
+    flat = _flat(QWEN_EXPERIMENT)
+    top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
+    calls = pd.read_csv(QWEN_EXPERIMENT / "device_time.csv").query("stretch == 4")
+    after = calls["device_s_after"].tolist()
+    none = calls[calls["card"] == "-"]
+    assert len(none) == 11 and none["calls"].sum() == 11
+    waited = np.diff([0.0, *none["device_s_after"]])
+    assert waited[0] == 181.0 and sorted(set(waited[1:])) == [15.0, 90.0]
+    assert (waited[1:] == 90.0).sum() == 9 and (waited == 15.0).sum() == 1
+    assert (f"ten that waited for one ({waited[0]:.1f} s of device time the first, 90 s each "
+            f"after it) and one that asked for none") in flat
+    assert f"{after[10]:.1f} s in all. An H100 came at {after[11]:.1f} s with " \
+        f"{(1800 - after[11]) / 60:.1f} minutes left" in flat
+    assert calls.iloc[12]["calls"] == 17 and f"took the total to {after[12]:.1f} s" in flat
+    assert f"returned at {after[13]:.1f} s with the run at step 7" in flat
+    assert (f"({after[14]:.1f}, {after[15]:.1f} and {after[16]:.1f} s), and the machine was "
+            f"given back at {after[17]:.1f} s") in flat
+    assert (calls["for"].iloc[13:17] == "results/trinity_h100_qwen_cut").all()
+    # a whole run needs more: random_seed1's stretch from its machine's start to its end
+    two = pd.read_csv(QWEN_EXPERIMENT / "device_time.csv").query("stretch == 2")
+    seed1 = two[two["for"] == "random_seed1"]
+    start = seed1[seed1["card"] == "-"]["device_s_after"].max()
+    whole = (seed1["device_s_after"].max() - start) / 60
+    assert f"more from a machine's start ({whole:.1f} minutes for `random_seed1`" in flat
+    assert (1800 - after[11]) / 60 < whole
+    table = results.read_run(QWEN_CUT / "random_seed2").set_index("step")
+    ours = table["eval_accuracy"][8]
+    assert f"held-out **{ours:.3f} at step 8**" in flat
+    here = pd.read_csv(QWEN_CUT / "startup.csv", index_col=0)["random_seed2"]
+    phases = pd.read_csv(QWEN_CUT / "phase_times.csv", index_col=0)["random_seed2"]
+    assert (f"Step 1 at {here['step 1 starts']:.2f} minutes, "
+            f"{phases['whole step (log: one explore start to the next)']:.1f} s a step") in flat
+    assert "random_seed2" not in {p.name for p in QWEN_EXPERIMENT.iterdir()}
+    assert (f"a third random seed, cut at step 11, was at {ours:.3f}, so random's seeds alone "
+            "span 0.050 there") in top
+    assert f"reached step 11: {ours:.3f} at step 8" in top
+
 
 def test_the_compile_readme_states_what_its_run_and_the_experiments_hold():
     """The run that compiled anew on the experiment's machine: its start-up against the run
