@@ -1457,6 +1457,38 @@ def test_the_experiments_second_stretch_is_what_its_calls_run_and_tables_hold():
 QWEN_CUT = paths.RESULTS_DIR / "trinity_h100_qwen_cut"
 
 
+def _cut_start_and_pace(name: str) -> str:
+    """A cut run's start-up and pace as the experiment README gives them: the minutes to
+    step 1 and the median step."""
+    here = pd.read_csv(QWEN_CUT / "startup.csv", index_col=0)[name]
+    phases = pd.read_csv(QWEN_CUT / "phase_times.csv", index_col=0)[name]
+    return (f"{here['step 1 starts']:.2f} minutes, "
+            f"{phases['whole step (log: one explore start to the next)']:.1f} s a step")
+
+
+def _assert_cut_steps_and_memory(flat: str, run: Path, steps: int) -> int:
+    """A cut run's paragraph on step time and memory: the seconds of its ``steps`` whole
+    steps, the median split, its processes' memory peaks and the GPU's in its monitor lines
+    (``gpu_<run>.csv``), which this returns in MiB."""
+    timed = json.loads((run / "timings.json").read_text())["whole_step_s"]
+    values = [f"{s:.0f}" for s in timed.values()]
+    assert len(values) == steps
+    assert f"Steps 1-{steps} took {', '.join(values[:-1])} and {values[-1]} s" in flat
+    phases = pd.read_csv(QWEN_CUT / "phase_times.csv", index_col=0)[run.name]
+    assert (f"**{phases['whole step (log: one explore start to the next)']:.1f} s** the median "
+            f"(`phase_times.csv`: training {phases['training step']:.2f} s, weight sync "
+            f"{phases['weight sync']:.2f} s, rollout phase {phases['rollout phase']:.2f} s); the "
+            f"evaluation took {phases['evaluation']:.1f} s") in flat
+    memory = pd.read_csv(QWEN_CUT / "gpu_memory.csv", index_col=0)[run.name]
+    assert (f"**{memory['run, all processes (sum at one time)']:.1f} GiB** at one time (the "
+            f"trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
+            f"{memory['vLLM engine worker']:.1f})") in flat
+    gpu = pd.read_csv(QWEN_CUT / f"gpu_{run.name}.csv", header=None)
+    most = int(gpu[1].str.replace(" MiB", "").astype(int).max())
+    assert f"the GPU at most {most:,} MiB of 81,559" in flat
+    return most
+
+
 def test_the_cut_difficulty_run_readme_states_what_its_files_hold():
     """The first ``difficulty_based`` run of the experiment, cut at step 9: its step-8
     evaluation beside ``random`` seed 0's, the batches its selector picked, its effective task
@@ -1530,20 +1562,7 @@ def test_the_cut_difficulty_run_readme_states_what_its_files_hold():
     assert f"Step 1 at **{here['step 1 starts']:.2f} minutes**" in flat
     took = re.search(r"setup took (\d+) s", follow)[1]
     assert f"the set-up before `train` {took} s" in flat
-    timed = json.loads((run / "timings.json").read_text())["whole_step_s"]
-    values = [f"{s:.0f}" for s in timed.values()]
-    assert f"Steps 1-8 took {', '.join(values[:-1])} and {values[-1]} s" in flat
-    phases = pd.read_csv(QWEN_CUT / "phase_times.csv", index_col=0)["difficulty_seed0"]
-    assert (f"**{phases['whole step (log: one explore start to the next)']:.1f} s** the median "
-            f"(`phase_times.csv`: training {phases['training step']:.2f} s, weight sync "
-            f"{phases['weight sync']:.2f} s, rollout phase {phases['rollout phase']:.2f} s); the "
-            f"evaluation took {phases['evaluation']:.1f} s") in flat
-    memory = pd.read_csv(QWEN_CUT / "gpu_memory.csv", index_col=0)["difficulty_seed0"]
-    assert (f"**{memory['run, all processes (sum at one time)']:.1f} GiB** at one time (the "
-            f"trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
-            f"{memory['vLLM engine worker']:.1f})") in flat
-    gpu = pd.read_csv(QWEN_CUT / "gpu_difficulty_seed0.csv", header=None)
-    assert f"at most {gpu[1].str.replace(' MiB', '').astype(int).max():,} MiB of 81,559" in flat
+    _assert_cut_steps_and_memory(flat, run, steps=8)
 
 
 def test_the_experiments_third_stretch_is_what_its_calls_and_the_cut_run_hold():
@@ -1570,10 +1589,7 @@ def test_the_experiments_third_stretch_is_what_its_calls_and_the_cut_run_hold():
     assert f"held-out **{ours:.3f} at step 8**, against {theirs:.3f} for `random` seed 0" in flat
     acc = table["rollout_accuracy"]
     assert f"rollout accuracy {acc[1]:.3f} at step 1, {acc[9]:.3f} at step 9" in flat
-    here = pd.read_csv(QWEN_CUT / "startup.csv", index_col=0)["difficulty_seed0"]
-    phases = pd.read_csv(QWEN_CUT / "phase_times.csv", index_col=0)["difficulty_seed0"]
-    assert (f"step 1 at {here['step 1 starts']:.2f} minutes, "
-            f"{phases['whole step (log: one explore start to the next)']:.1f} s a step") in flat
+    assert f"step 1 at {_cut_start_and_pace('difficulty_seed0')}" in flat
     assert "difficulty_seed0" not in {p.name for p in QWEN_EXPERIMENT.iterdir()}
     assert (f"a first `difficulty_based` run, cut at step 9, was at {ours:.3f} at step 8 against "
             f"random's {theirs:.3f} with seed 0") in top
@@ -1654,22 +1670,7 @@ def test_the_cut_random_run_readme_states_what_its_files_hold():
     took = re.search(r"setup took (\d+) s", log)[1]
     assert f"`train` took {took} s (`follow_random_seed2.log`)" in flat
     # step times and memory
-    timed = json.loads((run / "timings.json").read_text())["whole_step_s"]
-    values = [f"{s:.0f}" for s in timed.values()]
-    assert len(values) == 10
-    assert f"Steps 1-10 took {', '.join(values[:-1])} and {values[-1]} s" in flat
-    phases = pd.read_csv(QWEN_CUT / "phase_times.csv", index_col=0)["random_seed2"]
-    assert (f"**{phases['whole step (log: one explore start to the next)']:.1f} s** the median "
-            f"(`phase_times.csv`: training {phases['training step']:.2f} s, weight sync "
-            f"{phases['weight sync']:.2f} s, rollout phase {phases['rollout phase']:.2f} s); the "
-            f"evaluation took {phases['evaluation']:.1f} s") in flat
-    memory = pd.read_csv(QWEN_CUT / "gpu_memory.csv", index_col=0)["random_seed2"]
-    assert (f"**{memory['run, all processes (sum at one time)']:.1f} GiB** at one time (the "
-            f"trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
-            f"{memory['vLLM engine worker']:.1f})") in flat
-    gpu = pd.read_csv(QWEN_CUT / "gpu_random_seed2.csv", header=None)
-    most = gpu[1].str.replace(" MiB", "").astype(int).max()
-    assert f"the GPU at most {most:,} MiB of 81,559" in flat
+    most = _assert_cut_steps_and_memory(flat, run, steps=10)
     assert f"the H100 kept {(81_559 - most) / 1024:.0f} GiB free" in flat
     scalars = results.read_scalars(run)
     reserve = scalars.query("tag == 'actor/perf/max_memory_reserved_gb'").set_index("step")["value"]
@@ -1718,10 +1719,7 @@ def test_the_experiments_fourth_stretch_is_what_its_calls_and_the_cut_run_hold()
     table = results.read_run(QWEN_CUT / "random_seed2").set_index("step")
     ours = table["eval_accuracy"][8]
     assert f"held-out **{ours:.3f} at step 8**" in flat
-    here = pd.read_csv(QWEN_CUT / "startup.csv", index_col=0)["random_seed2"]
-    phases = pd.read_csv(QWEN_CUT / "phase_times.csv", index_col=0)["random_seed2"]
-    assert (f"Step 1 at {here['step 1 starts']:.2f} minutes, "
-            f"{phases['whole step (log: one explore start to the next)']:.1f} s a step") in flat
+    assert f"Step 1 at {_cut_start_and_pace('random_seed2')}" in flat
     assert "random_seed2" not in {p.name for p in QWEN_EXPERIMENT.iterdir()}
     assert (f"a third random seed, cut at step 11, was at {ours:.3f}, so random's seeds alone "
             "span 0.050 there") in top
