@@ -1721,9 +1721,14 @@ def test_the_experiments_fourth_stretch_is_what_its_calls_and_the_cut_run_hold()
     assert f"held-out **{ours:.3f} at step 8**" in flat
     assert f"Step 1 at {_cut_start_and_pace('random_seed2')}" in flat
     assert "random_seed2" not in {p.name for p in QWEN_EXPERIMENT.iterdir()}
+    seeds = [ours] + [results.read_run(QWEN_EXPERIMENT / f"random_seed{s}")
+                      .set_index("step")["eval_accuracy"][8] for s in (0, 1)]
     assert (f"a third random seed, cut at step 11, was at {ours:.3f}, so random's seeds alone "
-            "span 0.050 there") in top
+            f"span {max(seeds) - min(seeds):.3f} there") in top
     assert f"reached step 11: {ours:.3f} at step 8" in top
+    assert f"random's seeds span {max(seeds) - min(seeds):.3f} there and three seeds a " \
+        f"selector can show a difference of about {2 * np.std(seeds, ddof=1) * np.sqrt(2 / 3):.2f}" \
+        " at step 8" in top
 
 
 def test_the_compile_readme_states_what_its_run_and_the_experiments_hold():
