@@ -1185,6 +1185,14 @@ def _assert_startup_table(readme: str, columns: list[pd.Series], rows: int) -> N
         assert table[milestone] == [f"{c[milestone]:.2f}" for c in columns], milestone
 
 
+def _startup_table_of(readme: str, rows: int, *runs: tuple[Path, str]) -> list[pd.Series]:
+    """The ``startup.csv`` column of each (folder, run) in ``runs``, once the README's start-up
+    table of ``rows`` milestones is checked to hold them in that order."""
+    columns = [pd.read_csv(folder / "startup.csv", index_col=0)[run] for folder, run in runs]
+    _assert_startup_table(readme, columns, rows)
+    return columns
+
+
 def _assert_experiment_memory(flat: str, run: Path, stretch: int) -> None:
     """The experiment README's memory paragraph of ``run``: its processes' peaks, the
     trainer's own, and the GPU's in the stretch's monitor lines."""
@@ -1549,9 +1557,8 @@ def test_the_cut_difficulty_run_readme_states_what_its_files_hold():
             f"answer; at step 9, {code[9]} writes a code block and all 16 box") in flat
     assert boxed[9] == 16 and (steps["tool_call_rate"] == 0).all()
     # start-up against random_seed1, step times, memory
-    here = pd.read_csv(QWEN_CUT / "startup.csv", index_col=0)["difficulty_seed0"]
-    seed1 = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)["random_seed1"]
-    _assert_startup_table(readme, [here, seed1], 6)
+    here, seed1 = _startup_table_of(readme, 6, (QWEN_CUT, "difficulty_seed0"),
+                                    (QWEN_EXPERIMENT, "random_seed1"))
     load, ready = "vLLM worker loads the model", "vLLM engine ready"
     assert (f"ready {here[ready] - here[load]:.2f} minutes after it began loading the model, "
             f"against {seed1[ready] - seed1[load]:.2f} compiling anew") in flat
@@ -1655,10 +1662,9 @@ def test_the_cut_random_run_readme_states_what_its_files_hold():
             "answer; at step 10, none writes a code block and all 16 box one") in flat
     assert code[10] == 0 and boxed[10] == 16 and (steps["tool_call_rate"] == 0).all()
     # start-up against the other random runs
-    here = pd.read_csv(QWEN_CUT / "startup.csv", index_col=0)["random_seed2"]
-    earlier = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)
-    seed1, seed0 = earlier["random_seed1"], earlier["random_seed0"]
-    _assert_startup_table(readme, [here, seed1, seed0], 6)
+    here, seed1, seed0 = _startup_table_of(readme, 6, (QWEN_CUT, "random_seed2"),
+                                           (QWEN_EXPERIMENT, "random_seed1"),
+                                           (QWEN_EXPERIMENT, "random_seed0"))
     load, ready = "vLLM worker loads the model", "vLLM engine ready"
     models, runners = "all rollout models ready", "all workflow runners ready"
     assert (f"took {here['step 1 starts'] - seed1['step 1 starts']:.2f} minutes longer to step 1 "
@@ -1745,9 +1751,8 @@ def test_the_compile_readme_states_what_its_run_and_the_experiments_hold():
     assert "[18:50:06] random_qwen_seed0 ended" in (
         QWEN_EXPERIMENT / "follow_stretch1.log").read_text()
     assert "started at 18:51:17" in flat and "had ended at 18:50:06" in flat
-    here = pd.read_csv(QWEN_COMPILE / "startup.csv", index_col=0)["difficulty_seed0"]
-    cached = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)["random_seed0"]
-    _assert_startup_table(readme, [here, cached], 6)
+    here, cached = _startup_table_of(readme, 6, (QWEN_COMPILE, "difficulty_seed0"),
+                                     (QWEN_EXPERIMENT, "random_seed0"))
     load, ready = "vLLM worker loads the model", "vLLM engine ready"
     assert (f"took {here[ready] - here[load]:.2f} minutes here against "
             f"{cached[ready] - cached[load]:.2f} with the cache") in flat
