@@ -12,7 +12,8 @@ in the table. What is read:
   ``gpu_memory.csv`` and every run's ``train_log_excerpt.txt`` (vLLM's engine initialisation
   and its torch.compile seconds, as vLLM logs them);
 * a ``train-local`` run's ``samples.jsonl`` (:func:`saved_replies`, :func:`replies_report`):
-  the replies it kept of its first and last steps, so a shortcut the numbers suggest can be read;
+  the replies it kept of its first and last steps, so a shortcut the numbers suggest can be read,
+  and (:func:`batch_levels`) the levels of the tasks those steps drew;
 * an experiment's results folder (:func:`experiment_progress`, :func:`paired_evaluations`):
   which planned runs exist, and a seed's two selectors side by side at each evaluation, the
   difference against a bound on the evaluations' standard error (each run's event files give
@@ -410,6 +411,35 @@ def saved_replies(run: str | Path, steps: int = 2) -> pd.DataFrame:
     out["words"] = out["response"].str.split().str.len()
     return out[["step", "question", "truth", "reward", "words", "response"]].reset_index(
         drop=True)
+
+
+def batch_levels(runs: Iterable[str | Path], tasks: pd.DataFrame,
+                 columns: Sequence[str] = ("difficulty", "qwen_bare_pass_rate")) -> pd.DataFrame:
+    """What each run's kept steps drew: per run folder (``samples.jsonl``) and kept step, the
+    number of distinct tasks and the mean of each of ``columns`` over them, read from the
+    taskset split ``tasks`` the run trained on (matched by question text), with the range of
+    the first (``difficulty``: the level each task was made at). So a selector that steers its
+    batches shows as levels moving from the first step to the last. A question the split does
+    not hold raises :class:`RunError` naming the file and step."""
+    missing = [c for c in ("question", *columns) if c not in tasks.columns]
+    if missing:
+        raise RunError(f"the taskset split has no column {', '.join(missing)}")
+    by_question = tasks.drop_duplicates("question").set_index("question")
+    rows = []
+    for run in runs:
+        replies = saved_replies(run, steps=10**6)
+        for step, group in replies.groupby("step", sort=True):
+            asked = list(dict.fromkeys(group["question"]))
+            unknown = [q for q in asked if q not in by_question.index]
+            if unknown:
+                raise RunError(f"{Path(run) / 'samples.jsonl'}: step {step} asked "
+                               f"{unknown[0]!r}, which the taskset split does not hold")
+            drawn = by_question.loc[asked, list(columns)]
+            first = drawn[columns[0]]
+            rows.append({"run": Path(run).name, "step": int(step), "tasks": len(asked),
+                         **{f"mean {c}": round(float(drawn[c].mean()), 2) for c in columns},
+                         f"{columns[0]} range": f"{first.min():g}-{first.max():g}"})
+    return pd.DataFrame(rows)
 
 
 def replies_text(replies: pd.DataFrame, width: int = 100, max_chars: int = 240,

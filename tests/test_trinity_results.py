@@ -1597,7 +1597,9 @@ def test_the_experiments_third_stretch_is_what_its_calls_and_the_cut_run_hold():
     acc = table["rollout_accuracy"]
     assert f"rollout accuracy {acc[1]:.3f} at step 1, {acc[9]:.3f} at step 9" in flat
     assert f"step 1 at {_cut_start_and_pace('difficulty_seed0')}" in flat
-    assert "difficulty_seed0" not in {p.name for p in QWEN_EXPERIMENT.iterdir()}
+    assert (QWEN_EXPERIMENT / "difficulty_seed0" / "params.json").is_file()
+    assert "It is not one of the six runs: `difficulty_qwen_seed0` was made whole in stretch 5" \
+        in flat
     assert (f"a first `difficulty_based` run, cut at step 9, was at {ours:.3f} at step 8 against "
             f"random's {theirs:.3f} with seed 0") in top
     assert f"at step 8 it held {ours:.3f} against random's {theirs:.3f}" in top
@@ -1783,3 +1785,167 @@ def test_the_compile_readme_states_what_its_run_and_the_experiments_hold():
     etr = results.read_run(run)["effective_task_ratio"].tolist()
     assert f"effective task ratio {etr[0]:.3f} and {etr[1]:.3f}" in flat
     assert (steps["tool_call_rate"] == 0).all()
+
+
+def test_the_experiments_fifth_stretch_is_what_its_calls_run_and_tables_hold():
+    """Stretch 5 of the experiment: the device time of its calls (a machine lost, a second one
+    that made the run whole), and what ``difficulty_seed0`` holds: held-out accuracy beside
+    ``random`` seed 0's and the cut run of its seed, the batches and the levels of their tasks,
+    the effective task ratio, the replies, the step split, the memory and the start-up; the
+    top README says the same."""
+    flat = _flat(QWEN_EXPERIMENT)
+    top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
+    calls = pd.read_csv(QWEN_EXPERIMENT / "device_time.csv").query("stretch == 5")
+    after = calls["device_s_after"].tolist()
+    assert calls["calls"].sum() == 42 and calls.iloc[-1]["what"] == "given back"
+    assert after == sorted(after) and calls.iloc[3]["calls"] == 10
+    assert (np.diff(after[2:4]) == 15.0 * 10).all() and np.diff(after[3:6]).tolist() == [90.0] * 2
+    for said in (f"An H100 came at once ({after[0]:.1f} s of device time)",
+                 f"took six part calls ({after[1]:.1f} s)", f"({after[2]:.1f} s for the two)",
+                 f"none of the kind came ({after[3]:.1f} s)",
+                 f"found no machine ({after[4]:.1f} and {after[5]:.1f} s)",
+                 f"A second H100 came at {after[6]:.1f} s with {(1800 - after[6]) / 60:.1f} "
+                 "minutes left", f"the 17 part calls took the total to {after[7]:.1f} s",
+                 f"said so in one line ({after[8]:.1f} s)", f"returned at {after[9]:.1f} s past",
+                 f"back whole at {after[10]:.1f} s", f"Given back at {after[11]:.1f} s"):
+        assert said in flat, said
+    whole = (after[10] - after[5]) / 60
+    assert f"**{whole:.1f} minutes** from the last call without a machine" in flat
+    assert calls.iloc[7]["calls"] == 17 and calls.iloc[1]["calls"] == 6
+    assert "QWEN_ONLY: difficulty is not a run of qwen 0" in (
+        QWEN_EXPERIMENT / "follow_stretch5.log").read_text()
+    follow = (QWEN_EXPERIMENT / "follow_stretch5.log").read_text()
+    took = re.search(r"setup took (\d+) s", follow)[1]
+    startup = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)
+    ours, seed1 = startup["difficulty_seed0"], startup["random_seed1"]
+    assert (f"(set-up {took} s; from `train` to its end {ours['train command ends']:.2f} minutes,"
+            f" step 1 at {ours['step 1 starts']:.2f})") in flat
+    assert np.isnan(ours["last step trained"])
+    run = QWEN_EXPERIMENT / "difficulty_seed0"
+    assert "Trainer finished" not in (run / "train_log_excerpt.txt").read_text()
+    assert "Training at step 16 finished" in (run / "train_log_excerpt.txt").read_text() or \
+        "Training at step 16 finished" in follow
+    # held-out accuracy: the pair of seed 0, the cut run of the same seed
+    mine, theirs, cut = (results.read_run(folder / name).dropna(subset=["eval_accuracy"])
+                         .set_index("step")["eval_accuracy"]
+                         for folder, name in ((QWEN_EXPERIMENT, "difficulty_seed0"),
+                                              (QWEN_EXPERIMENT, "random_seed0"),
+                                              (QWEN_CUT, "difficulty_seed0")))
+    assert (f"**{mine[8]:.3f} at step 8** and **{mine[16]:.3f} at step 16**, against `random` "
+            f"seed 0's {theirs[8]:.3f} and {theirs[16]:.3f}") in flat
+    pair = run_facts.paired_evaluations(QWEN_EXPERIMENT).set_index("step")
+    assert pair["seed"].tolist() == [0, 0]
+    z8, z16 = float(pair.at[8, "z (size at least)"]), float(pair.at[16, "z (size at least)"])
+    assert (f"**{pair.at[8, 'difference']} at step 8**, at least {abs(z8):.1f} times a bound on "
+            f"the evaluations' standard error ({pair.at[8, 'evaluation SE, at most']})") \
+        .replace("+", "") in flat.replace("+", "")
+    assert (f"**{pair.at[16, 'difference']} at step 16** ({abs(z16):.1f} times "
+            f"{pair.at[16, 'evaluation SE, at most']})") in flat
+    assert z8 <= -2 and abs(z16) < 1
+    bound = np.sqrt(2) * 0.5 / np.sqrt(660)
+    gap = abs(cut[8] - mine[8])
+    assert (f"had {cut[8]:.3f} at step 8, {gap:.3f} from this run, {gap / bound:.1f} times the "
+            f"bound on the difference of two evaluations ({bound:.4f})") in flat
+    again = results.read_run(QWEN_MB2 / "random_seed0").dropna(subset=["eval_accuracy"])
+    assert f"were {abs(again['eval_accuracy'].iloc[0] - theirs[8]):.3f} apart" in flat
+    # the same first tasks, different replies
+    replies = {w: pd.read_json(f / "samples.jsonl", lines=True)
+               for w, f in (("whole", run), ("cut", QWEN_CUT / "difficulty_seed0"))}
+    firsts = {w: r[r["step"] == 1] for w, r in replies.items()}
+    assert set(firsts["whole"]["question"]) == set(firsts["cut"]["question"])
+    rewards = {w: pd.read_csv(f / "buffer_steps.csv").set_index("step")["mean_reward"]
+               for w, f in (("whole", run), ("cut", QWEN_CUT / "difficulty_seed0"))}
+    assert (f"(mean reward {rewards['whole'][1]:.3f} here, {rewards['cut'][1]:.3f} there") in flat
+    # the batches and the levels of their tasks
+    steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
+    assert ", ".join(f"{r:.3f}" for r in steps["mean_reward"]) + " (steps 1-16)" in flat
+    assert (steps["tool_call_rate"] == 0).all()
+    table = results.read_run(run)
+    fl = {name: run_facts.first_last(results.read_run(QWEN_EXPERIMENT / name), window=4).iloc[0]
+          for name in ("difficulty_seed0", "random_seed0", "random_seed1")}
+    first, last = "rollout accuracy, first 4", "rollout accuracy, last 4"
+    assert (f"rollout accuracy {fl['difficulty_seed0'][first]} over the first four steps, "
+            f"{fl['difficulty_seed0'][last]} over the last four (`random`: "
+            f"{fl['random_seed0'][first]} and {fl['random_seed0'][last]}, "
+            f"{fl['random_seed1'][first]} and {fl['random_seed1'][last]})") in flat
+    train = pd.read_parquet(paths.ARITHMETIC_QWEN_DIR / "train.parquet")
+    levels = run_facts.batch_levels(run_facts.run_folders([QWEN_EXPERIMENT]), train) \
+        .set_index(["run", "step"])
+    ones, last16 = levels.loc[("difficulty_seed0", 1)], levels.loc[("difficulty_seed0", 16)]
+    assert (f"step 1's 16 tasks have a mean level of {ones['mean difficulty']:.2f} (levels "
+            f"{ones['difficulty range']}), step 16's {last16['mean difficulty']:.2f} (levels "
+            f"{last16['difficulty range']})") in flat
+    assert (f"solved {last16['mean qwen_bare_pass_rate'] * 100:.0f} % of the time before "
+            f"training") in flat
+    assert f"against {ones['mean qwen_bare_pass_rate'] * 100:.0f} % for step 1's" in flat
+    assert (f"`random`'s step-16 batches have {levels.loc[('random_seed0', 16), 'mean difficulty']:.2f}"
+            f" and {levels.loc[('random_seed1', 16), 'mean difficulty']:.2f}") in flat
+    assert (levels["tasks"] == 16).all()
+    ours_fl = fl["difficulty_seed0"]
+    assert (f"Replies from {ours_fl['reply tokens, first 4']} to {ours_fl['reply tokens, last 4']}"
+            f" tokens; KL to the start {ours_fl['KL, first 4']} over the first four steps, "
+            f"{ours_fl['KL, last 4']} over the last four; tool-call rate 0") in flat
+    etr = table.set_index("step")["effective_task_ratio"]
+    sources = pd.read_csv(QWEN_EXPERIMENT / "etr_sources.csv").set_index("run")
+    assert sources.at["difficulty_seed0", "source"] == "pass_rate_calculator"
+    assert sources.at["difficulty_seed0", "largest_difference"] == 0.0
+    assert sources.at["difficulty_seed0", "steps_experience_buffer"] == 16
+    summary = pd.read_csv(QWEN_EXPERIMENT / "per_seed.csv").set_index(["selector", "seed"])
+    assert (f"{etr[:4].mean():.2f} over the first four steps, {etr[-4:].mean():.2f} over the last "
+            f"four, {etr.mean():.3f} over all 16 (`random_seed1`: "
+            f"{summary.at[('random', 1), 'etr']:.3f})") in flat
+    assert "agree at all 16 steps (largest difference 0.0)" in flat
+    rollout = {k: v for k, v in summary["rollout_accuracy"].items()}
+    assert (f"rollout accuracy {rollout[('difficulty_based', 0)]:.2f} over its 16 steps, "
+            f"{table.set_index('step')['rollout_accuracy'][16]:.2f} at step 16, against "
+            f"{rollout[('random', 0)]:.2f} and {rollout[('random', 1)]:.2f} over random's") in flat
+    by_step = {k: g["response"] for k, g in replies["whole"].groupby("step")}
+
+    def count(step, pattern):
+        return int(by_step[step].str.contains(pattern, regex=True, case=False).sum())
+
+    boxed = r"\\boxed"
+    assert count(16, "```python") == 0 and count(16, boxed) == 16
+    assert (f"at step 1, {count(1, '```python')} of the 16 write a Python code block and "
+            f"{count(1, boxed)} box an answer; at step 16, none writes a code block, "
+            f"{count(16, 'python')} mention Python and all 16 box an answer") in flat
+    # step time, memory, start-up
+    phases = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0)["difficulty_seed0"]
+    whole_step = "whole step (log: one explore start to the next)"
+    assert (f"median **{phases[whole_step]:.1f} s** (training {phases['training step']:.2f} s, "
+            f"weight sync {phases['weight sync']:.2f} s, rollout phase "
+            f"{phases['rollout phase']:.2f} s)") in flat
+    evals = results.read_scalars(run).query("tag == 'time/eval'").set_index("step")["value"]
+    timed = json.loads((run / "timings.json").read_text())["whole_step_s"]
+    assert (f"the evaluations took {evals[8]:.0f} and {evals[16]:.0f} s, steps 8 and 16 "
+            f"{timed['step 8']:.0f} and {timed['step 16']:.0f} s") in flat
+    _assert_experiment_memory(flat, run, 5)
+    peaks = {name: _memory_peaks(QWEN_EXPERIMENT / name) for name in ("random_seed0",
+                                                                      "random_seed1")}
+    assert {round(used, 1) for _, used in peaks.values()} == {15.0}
+    assert (f"({peaks['random_seed0'][0]:.1f} and {peaks['random_seed1'][0]:.1f} reserved "
+            "there)") in flat
+    config = (run / "launched_config.yaml").read_text() + (
+        run / "trinity_config_runtime.txt").read_text()
+    assert "runner_prepare_concurrency=16" in config
+    assert (f"step 1 at {ours['step 1 starts']:.2f} minutes after `train`, from the run's own "
+            f"compile cache with its 16 workflow runners made at once: the trainer's workers "
+            f"ready at {ours['trainer workers ready']:.2f}, vLLM at "
+            f"{ours['vLLM engine ready']:.2f}, the runners "
+            f"{ours['all workflow runners ready'] - ours['all rollout models ready']:.2f} minutes"
+            " after the models") in flat
+    assert f"`random_seed1` (compiling anew, a faster H100) began at " \
+        f"{seed1['step 1 starts']:.2f}" in flat
+    # what remains names the runs to come; the top README says what the pair showed
+    assert "Three runs, one a stretch" in flat and f"and {whole:.1f} (`difficulty_seed0`)" in flat
+    assert (f"and `difficulty_based`, seed 0, to {mine[16]:.3f}. The selectors are not yet "
+            "compared over seeds") in top
+    assert (f"was {abs(float(pair.at[8, 'difference'])):.3f} behind at step 8 (at least "
+            f"{abs(z8):.1f} standard errors of the evaluations) and level at step 16") in top
+    assert (f"({whole:.1f} minutes of device time from the machine's start, step 1 at "
+            f"{ours['step 1 starts']:.2f} minutes, {phases[whole_step]:.0f} s a step), it held "
+            f"{mine[8]:.3f} at step 8 and {mine[16]:.3f} at step 16, against random's "
+            f"{theirs[8]:.3f} and {theirs[16]:.3f}: its batches went from tasks of mean level "
+            f"{ones['mean difficulty']:.1f} to {last16['mean difficulty']:.1f}, and its rollout "
+            f"accuracy to {table.set_index('step')['rollout_accuracy'][16]:.2f} at step 16") \
+        in top

@@ -244,10 +244,10 @@ def test_experiment_progress_refuses_a_run_its_folder_table_leaves_out(tmp_path)
     shutil.copytree(paths.RESULTS_DIR / "trinity_qwen", folder)
     committed = run_facts.experiment_progress(folder, QWEN_CONFIGS, (0, 1, 2))
     assert committed.iloc[0]["last step explored"] == "16 of 16"
-    late = folder / "difficulty_seed0"
+    late = folder / "difficulty_seed2"   # a run the committed folder does not hold yet
     late.mkdir()
-    (late / "params.json").write_text('{"selector": "difficulty_based", "seed": 0}')
-    with pytest.raises(results.RunError, match=r"difficulty_seed0: difficulty_based seed 0 is "
+    (late / "params.json").write_text('{"selector": "difficulty_based", "seed": 2}')
+    with pytest.raises(results.RunError, match=r"difficulty_seed2: difficulty_based seed 2 is "
                                                r"not in .*'s table: draw the folder again"):
         run_facts.experiment_progress(folder, QWEN_CONFIGS, (0, 1, 2))
 
@@ -331,6 +331,34 @@ def test_paired_evaluations_refuse_what_they_cannot_pair_in_one_line(tmp_path):
     with pytest.raises(results.RunError, match=r"random_seed0: no eval/arith/finished_task_count"
                                                r" at step 12"):
         run_facts.paired_evaluations(tmp_path / "count")
+
+
+def test_batch_levels_read_each_kept_steps_tasks_from_the_taskset(tmp_path):
+    """The levels of the tasks a run's kept steps drew: per step the distinct questions, the
+    means of the taskset's columns over them and the range of the first; a question the split
+    does not hold, or a column it lacks, is one line naming the file and step or the column."""
+    tasks = pd.DataFrame({"question": [f"q{k}" for k in range(6)],
+                          "difficulty": [0, 1, 2, 8, 9, 10],
+                          "qwen_bare_pass_rate": [0.9, 0.7, 0.5, 0.1, 0.0, 0.0]})
+    run = tmp_path / "difficulty_seed0"
+    run.mkdir()
+    drawn = {1: ["q3", "q4", "q5", "q5"], 16: ["q0", "q1", "q2"]}   # a question twice: once
+    (run / "samples.jsonl").write_text("".join(
+        json.dumps({"step": step, "question": q, "truth": None, "reward": 0.0,
+                    "response": "x"}) + "\n" for step, qs in drawn.items() for q in qs))
+    levels = run_facts.batch_levels([run], tasks)
+    assert levels.to_dict("records") == [
+        {"run": "difficulty_seed0", "step": 1, "tasks": 3, "mean difficulty": 9.0,
+         "mean qwen_bare_pass_rate": round(0.1 / 3, 2), "difficulty range": "8-10"},
+        {"run": "difficulty_seed0", "step": 16, "tasks": 3, "mean difficulty": 1.0,
+         "mean qwen_bare_pass_rate": 0.7, "difficulty range": "0-2"}]
+    with pytest.raises(results.RunError, match=r"difficulty_seed0/samples.jsonl: step 1 asked "
+                                               r"'q3', which the taskset split does not hold"):
+        run_facts.batch_levels([run], tasks[tasks["question"] != "q3"])
+    with pytest.raises(results.RunError, match="no column qwen_bare_pass_rate$"):
+        run_facts.batch_levels([run], tasks.drop(columns="qwen_bare_pass_rate"))
+    with pytest.raises(results.RunError, match="no samples.jsonl"):
+        run_facts.batch_levels([tmp_path / "none"], tasks)
 
 
 def test_replies_of_a_trinity_step_show_each_task_once_and_count_the_rest(tmp_path):
