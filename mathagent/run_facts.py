@@ -427,7 +427,7 @@ def batch_levels(runs: Iterable[str | Path], tasks: pd.DataFrame,
     by_question = tasks.drop_duplicates("question").set_index("question")
     rows = []
     for run in runs:
-        replies = saved_replies(run, steps=10**6)
+        replies = saved_replies(run, steps=10**6)   # every step the run kept
         for step, group in replies.groupby("step", sort=True):
             asked = list(dict.fromkeys(group["question"]))
             unknown = [q for q in asked if q not in by_question.index]
