@@ -244,12 +244,12 @@ def test_experiment_progress_refuses_a_run_its_folder_table_leaves_out(tmp_path)
     shutil.copytree(paths.RESULTS_DIR / "trinity_qwen", folder)
     committed = run_facts.experiment_progress(folder, QWEN_CONFIGS, (0, 1, 2))
     assert committed.iloc[0]["last step explored"] == "16 of 16"
-    late = folder / "difficulty_seed2"   # a run the committed folder does not hold yet
+    late = folder / "difficulty_seed3"   # a seed beyond the experiment's, so never committed
     late.mkdir()
-    (late / "params.json").write_text('{"selector": "difficulty_based", "seed": 2}')
-    with pytest.raises(results.RunError, match=r"difficulty_seed2: difficulty_based seed 2 is "
+    (late / "params.json").write_text('{"selector": "difficulty_based", "seed": 3}')
+    with pytest.raises(results.RunError, match=r"difficulty_seed3: difficulty_based seed 3 is "
                                                r"not in .*'s table: draw the folder again"):
-        run_facts.experiment_progress(folder, QWEN_CONFIGS, (0, 1, 2))
+        run_facts.experiment_progress(folder, QWEN_CONFIGS, (0, 1, 2, 3))
 
 
 def _evaluated_run(folder, name: str, selector: str, seed: int, evals: dict) -> None:
