@@ -382,8 +382,9 @@ def whole_step(folder: str | Path) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def saved_replies(run: str | Path, steps: int = 2) -> pd.DataFrame:
-    """The replies a run kept (``samples.jsonl``) of its first and last ``steps`` steps:
+def saved_replies(run: str | Path, steps: int | None = 2) -> pd.DataFrame:
+    """The replies a run kept (``samples.jsonl``) of its first and last ``steps`` steps (every
+    kept step where ``steps`` is None):
     ``step, question, truth, reward, words, response``. ``train-local`` keeps them; a Trinity
     run keeps them where ``collect`` could read its experience buffer
     (``scripts/gpu/buffer_samples.py``, no truth). A run that keeps none raises
@@ -406,7 +407,7 @@ def saved_replies(run: str | Path, steps: int = 2) -> pd.DataFrame:
         raise RunError(f"{file}: no replies")
     table = pd.DataFrame(records)
     kept = sorted(table["step"].unique())
-    chosen = set(kept[:steps]) | set(kept[-steps:])
+    chosen = set(kept) if steps is None else set(kept[:steps]) | set(kept[-steps:])
     out = table[table["step"].isin(chosen)].copy()
     out["words"] = out["response"].str.split().str.len()
     return out[["step", "question", "truth", "reward", "words", "response"]].reset_index(
@@ -427,7 +428,7 @@ def batch_levels(runs: Iterable[str | Path], tasks: pd.DataFrame,
     by_question = tasks.drop_duplicates("question").set_index("question")
     rows = []
     for run in runs:
-        replies = saved_replies(run, steps=10**6)   # every step the run kept
+        replies = saved_replies(run, steps=None)
         for step, group in replies.groupby("step", sort=True):
             asked = list(dict.fromkeys(group["question"]))
             unknown = [q for q in asked if q not in by_question.index]

@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 from bounds import hang_bound
 
-from mathagent import metrics, paths, results, run_facts
+from mathagent import metrics, paths, results, run_facts, tasks
 from mathagent.grpo import load_config
 
 TRINITY_22 = paths.RESULTS_DIR / "trinity_h200_22steps"
@@ -1812,9 +1812,8 @@ def test_the_experiments_fifth_stretch_is_what_its_calls_run_and_tables_hold():
     whole = (after[10] - after[5]) / 60
     assert f"**{whole:.1f} minutes** from the last call without a machine" in flat
     assert calls.iloc[7]["calls"] == 17 and calls.iloc[1]["calls"] == 6
-    assert "QWEN_ONLY: difficulty is not a run of qwen 0" in (
-        QWEN_EXPERIMENT / "follow_stretch5.log").read_text()
     follow = (QWEN_EXPERIMENT / "follow_stretch5.log").read_text()
+    assert "QWEN_ONLY: difficulty is not a run of qwen 0" in follow
     took = re.search(r"setup took (\d+) s", follow)[1]
     startup = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)
     ours, seed1 = startup["difficulty_seed0"], startup["random_seed1"]
@@ -1866,7 +1865,7 @@ def test_the_experiments_fifth_stretch_is_what_its_calls_run_and_tables_hold():
             f"{fl['difficulty_seed0'][last]} over the last four (`random`: "
             f"{fl['random_seed0'][first]} and {fl['random_seed0'][last]}, "
             f"{fl['random_seed1'][first]} and {fl['random_seed1'][last]})") in flat
-    train = pd.read_parquet(paths.ARITHMETIC_QWEN_DIR / "train.parquet")
+    train = tasks.read_split(paths.ARITHMETIC_QWEN_DIR, "train")
     levels = run_facts.batch_levels(run_facts.run_folders([QWEN_EXPERIMENT]), train) \
         .set_index(["run", "step"])
     ones, last16 = levels.loc[("difficulty_seed0", 1)], levels.loc[("difficulty_seed0", 16)]
@@ -1888,12 +1887,12 @@ def test_the_experiments_fifth_stretch_is_what_its_calls_run_and_tables_hold():
     assert sources.at["difficulty_seed0", "source"] == "pass_rate_calculator"
     assert sources.at["difficulty_seed0", "largest_difference"] == 0.0
     assert sources.at["difficulty_seed0", "steps_experience_buffer"] == 16
-    summary = pd.read_csv(QWEN_EXPERIMENT / "per_seed.csv").set_index(["selector", "seed"])
+    per_seed = pd.read_csv(QWEN_EXPERIMENT / "per_seed.csv").set_index(["selector", "seed"])
     assert (f"{etr[:4].mean():.2f} over the first four steps, {etr[-4:].mean():.2f} over the last "
             f"four, {etr.mean():.3f} over all 16 (`random_seed1`: "
-            f"{summary.at[('random', 1), 'etr']:.3f})") in flat
+            f"{per_seed.at[('random', 1), 'etr']:.3f})") in flat
     assert "agree at all 16 steps (largest difference 0.0)" in flat
-    rollout = {k: v for k, v in summary["rollout_accuracy"].items()}
+    rollout = per_seed["rollout_accuracy"]
     assert (f"rollout accuracy {rollout[('difficulty_based', 0)]:.2f} over its 16 steps, "
             f"{table.set_index('step')['rollout_accuracy'][16]:.2f} at step 16, against "
             f"{rollout[('random', 0)]:.2f} and {rollout[('random', 1)]:.2f} over random's") in flat
