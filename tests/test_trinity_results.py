@@ -1831,8 +1831,9 @@ def test_the_experiments_fifth_stretch_is_what_its_calls_run_and_tables_hold():
                                               (QWEN_CUT, "difficulty_seed0")))
     assert (f"**{mine[8]:.3f} at step 8** and **{mine[16]:.3f} at step 16**, against `random` "
             f"seed 0's {theirs[8]:.3f} and {theirs[16]:.3f}") in flat
-    pair = run_facts.paired_evaluations(QWEN_EXPERIMENT).set_index("step")
-    assert pair["seed"].tolist() == [0, 0]
+    pairs = run_facts.paired_evaluations(QWEN_EXPERIMENT)
+    pair = pairs[pairs["seed"] == 0].set_index("step")
+    assert pair.index.tolist() == [8, 16]
     z8, z16 = float(pair.at[8, "z (size at least)"]), float(pair.at[16, "z (size at least)"])
     assert (f"**{pair.at[8, 'difference']} at step 8**, at least {abs(z8):.1f} times a bound on "
             f"the evaluations' standard error ({pair.at[8, 'evaluation SE, at most']})") in flat
@@ -1892,10 +1893,6 @@ def test_the_experiments_fifth_stretch_is_what_its_calls_run_and_tables_hold():
             f"four, {etr.mean():.3f} over all 16 (`random_seed1`: "
             f"{per_seed.at[('random', 1), 'etr']:.3f})") in flat
     assert "agree at all 16 steps (largest difference 0.0)" in flat
-    rollout = per_seed["rollout_accuracy"]
-    assert (f"rollout accuracy {rollout[('difficulty_based', 0)]:.2f} over its 16 steps, "
-            f"{table.set_index('step')['rollout_accuracy'][16]:.2f} at step 16, against "
-            f"{rollout[('random', 0)]:.2f} and {rollout[('random', 1)]:.2f} over random's") in flat
     by_step = {k: g["response"] for k, g in replies["whole"].groupby("step")}
 
     def count(step, pattern):
@@ -1933,12 +1930,11 @@ def test_the_experiments_fifth_stretch_is_what_its_calls_run_and_tables_hold():
             " after the models") in flat
     assert f"`random_seed1` (compiling anew, a faster H100) began at " \
         f"{seed1['step 1 starts']:.2f}" in flat
-    # what remains names the runs to come; the top README says what the pair showed
-    assert "Three runs, one a stretch" in flat and f"and {whole:.1f} (`difficulty_seed0`)" in flat
-    assert (f"and `difficulty_based`, seed 0, to {mine[16]:.3f}. The selectors are not yet "
-            "compared over seeds") in top
-    assert (f"was {abs(float(pair.at[8, 'difference'])):.3f} behind at step 8 (at least "
-            f"{abs(z8):.1f} standard errors of the evaluations) and level at step 16") in top
+    # what remains counts this run's minutes; the top README says what the pair showed
+    assert f", {whole:.1f} (`difficulty_seed0`) and" in flat
+    assert (f"was behind at step 8 in both pairs, by "
+            f"{abs(float(pair.at[8, 'difference'])):.3f} (at least {abs(z8):.1f} standard errors "
+            "of the evaluations)") in top
     assert (f"({whole:.1f} minutes of device time from the machine's start, step 1 at "
             f"{ours['step 1 starts']:.2f} minutes, {phases[whole_step]:.0f} s a step), it held "
             f"{mine[8]:.3f} at step 8 and {mine[16]:.3f} at step 16, against random's "
@@ -1946,3 +1942,181 @@ def test_the_experiments_fifth_stretch_is_what_its_calls_run_and_tables_hold():
             f"{ones['mean difficulty']:.1f} to {last16['mean difficulty']:.1f}, and its rollout "
             f"accuracy to {table.set_index('step')['rollout_accuracy'][16]:.2f} at step 16") \
         in top
+
+
+def test_the_experiments_sixth_stretch_is_what_its_calls_run_and_tables_hold():
+    """Stretch 6 of the experiment: the device time of its calls, and what
+    ``difficulty_seed1`` holds: its pair with ``random`` seed 1, the verdict over both seeds of
+    each selector, the batches and the levels of their tasks, the effective task ratio, the
+    replies, the step split, the memory and the start-up; the top README says the same."""
+    from mathagent import verdict
+
+    flat = _flat(QWEN_EXPERIMENT)
+    top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
+    calls = pd.read_csv(QWEN_EXPERIMENT / "device_time.csv").query("stretch == 6")
+    after = calls["device_s_after"].tolist()
+    assert calls["calls"].sum() == 25 and calls.iloc[-1]["what"] == "given back"
+    assert after == sorted(after) and (calls.iloc[:5]["card"] == "-").all()
+    assert calls.iloc[6]["calls"] == 17 and np.diff(after[1:3]).tolist() == [15.0]
+    for said in (f"two that waited for one ({after[0]:.1f} and {after[1]:.1f} s",
+                 f"was refused ({after[2]:.1f} s)", f"two more that waited ({after[3]:.1f} and "
+                 f"{after[4]:.1f} s)", f"An H100 came at {after[5]:.1f} s with "
+                 f"{(1800 - after[5]) / 60:.1f} minutes left",
+                 f"the 17 part calls took the total to {after[6]:.1f} s",
+                 f"returned at {after[7]:.1f} s past step 7", f"back whole at {after[8]:.1f} s",
+                 f"Given back at {after[9]:.1f} s"):
+        assert said in flat, said
+    whole = (after[8] - after[4]) / 60
+    assert f"**{whole:.1f} minutes** from the last call without a machine" in flat
+    assert f"and {whole:.1f} (`difficulty_seed1`, compiling anew)" in flat
+    follow = (QWEN_EXPERIMENT / "follow_stretch6.log").read_text()
+    assert "difficulty_qwen_seed1: Training at step 7 finished\n[04:19:34] 1 run(s)" in follow
+    assert "difficulty_qwen_seed1: Training at step 16 finished" in follow
+    took = re.search(r"setup took (\d+) s", follow)[1]
+    startup = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)
+    ours, seed0 = startup["difficulty_seed1"], startup["difficulty_seed0"]
+    assert (f"(set-up {took} s; from `train` to its end {ours['train command ends']:.2f} minutes,"
+            f" step 1 at {ours['step 1 starts']:.2f})") in flat
+    run = QWEN_EXPERIMENT / "difficulty_seed1"
+    assert "Trainer finished" not in (run / "train_log_excerpt.txt").read_text()
+    assert np.isnan(ours["last step trained"])
+    # held-out accuracy: the pair of seed 1, then the verdict over both seeds
+    accuracy = {name: results.read_run(QWEN_EXPERIMENT / name).dropna(subset=["eval_accuracy"])
+                .set_index("step")["eval_accuracy"]
+                for name in ("difficulty_seed0", "difficulty_seed1", "random_seed0",
+                             "random_seed1")}
+    mine, theirs = accuracy["difficulty_seed1"], accuracy["random_seed1"]
+    assert (f"**{mine[8]:.3f} at step 8** and **{mine[16]:.3f} at step 16**, against `random` "
+            f"seed 1's {theirs[8]:.3f} and {theirs[16]:.3f}") in flat
+    pairs = run_facts.paired_evaluations(QWEN_EXPERIMENT)
+    pair = pairs[pairs["seed"] == 1].set_index("step")
+    z8, z16 = float(pair.at[8, "z (size at least)"]), float(pair.at[16, "z (size at least)"])
+    assert (f"**{pair.at[8, 'difference']} at step 8** ({abs(z8):.1f} times a bound on the "
+            f"evaluations' standard error, {pair.at[8, 'evaluation SE, at most']}) and "
+            f"**{pair.at[16, 'difference']} at step 16** ({abs(z16):.1f} times "
+            f"{pair.at[16, 'evaluation SE, at most']})") in flat
+    table = verdict.evidence_table(verdict.gather({"qwen": QWEN_EXPERIMENT})) \
+        .set_index("selector")
+    assert table["seeds"].tolist() == [2, 2] and (table["eval_step"] == 16).all()
+    ours_v, base = table.loc["difficulty_based"], table.loc["random"]
+    assert abs(ours_v["z"]) < 1
+    assert (f"{ours_v['eval_final']:.3f} for `difficulty_based`, {base['eval_final']:.3f} for "
+            f"`random`, a difference of {ours_v['vs_random']:+.3f} with a standard error of "
+            f"{ours_v['se']:.3f} from the spread over seeds: **{ours_v['z']:.1f} standard "
+            "errors, not told apart**") in flat
+    assert (f"held-out accuracy {ours_v['eval_final']:.3f} for `difficulty_based` and "
+            f"{base['eval_final']:.3f} for `random` (means over the two seeds), "
+            f"{ours_v['vs_random']:+.3f}, {ours_v['z']:.1f} standard errors over seeds") in flat
+    at8 = {sel: np.mean([accuracy[f"{sel}_seed{s}"][8] for s in (0, 1)])
+           for sel in ("difficulty", "random")}
+    assert (f"At step 8 the means are {at8['difficulty']:.3f} and {at8['random']:.3f} "
+            f"({at8['difficulty'] - at8['random']:+.3f}), `difficulty_based` behind in both") in flat
+    step8 = pairs[pairs["step"] == 8]
+    assert (step8["difference"].astype(float) < 0).all()
+    assert (f"behind in both pairs ({step8.iloc[0]['difference']} and "
+            f"{step8.iloc[1]['difference']})") in flat
+    assert (f"seeds 0 and 1, to {accuracy['difficulty_seed0'][16]:.3f} and {mine[16]:.3f}. Over "
+            f"those two seeds the selectors cannot be told apart at step 16 "
+            f"({ours_v['vs_random']:+.3f}, {ours_v['z']:.1f} standard errors over seeds)") in top
+    assert (f"behind at step 8 in both pairs, by {abs(float(step8.iloc[0]['difference'])):.3f}"
+            f" (at least {abs(float(step8.iloc[0]['z (size at least)'])):.1f} standard errors of "
+            f"the evaluations) and {abs(float(step8.iloc[1]['difference'])):.3f}") in top
+    assert (f"({whole:.1f} minutes of device time, compiling anew, step 1 at "
+            f"{ours['step 1 starts']:.2f} minutes) held {mine[8]:.3f} at step 8 and "
+            f"{mine[16]:.3f} at step 16, against random's {theirs[8]:.3f} and "
+            f"{theirs[16]:.3f}") in top
+    # the batches and the levels of their tasks
+    steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
+    assert ", ".join(f"{r:.3f}" for r in steps["mean_reward"]) + " (steps 1-16)" in flat
+    assert (steps["tool_call_rate"] == 0).all()
+    fl = {name: run_facts.first_last(results.read_run(QWEN_EXPERIMENT / name), window=4).iloc[0]
+          for name in ("difficulty_seed1", "random_seed1")}
+    ours_fl = fl["difficulty_seed1"]
+    assert (f"rollout accuracy {ours_fl['rollout accuracy, first 4']} over the first four steps,"
+            f" {ours_fl['rollout accuracy, last 4']} over the last four. The seed's") in flat
+    train = tasks.read_split(paths.ARITHMETIC_QWEN_DIR, "train")
+    levels = run_facts.batch_levels(run_facts.run_folders([QWEN_EXPERIMENT]), train) \
+        .set_index(["run", "step"])
+    one, last16 = levels.loc[("difficulty_seed1", 1)], levels.loc[("difficulty_seed1", 16)]
+    other0, rand1 = levels.loc[("difficulty_seed0", 1)], levels.loc[("random_seed1", 1)]
+    assert one["mean qwen_bare_pass_rate"] > other0["mean qwen_bare_pass_rate"]
+
+    def pct(row):
+        return f"{row['mean qwen_bare_pass_rate'] * 100:.0f} %"
+
+    assert (f"step 1's 16 tasks have a mean level of {one['mean difficulty']:.2f} (levels "
+            f"{one['difficulty range']}), tasks the base policy solved {pct(one)} of the time "
+            f"(seed 0's step 1: {other0['mean difficulty']:.2f}, {pct(other0)}; `random` seed "
+            f"1's: {rand1['mean difficulty']:.2f}, {pct(rand1)}); by step 16, "
+            f"{last16['mean difficulty']:.2f} (levels {last16['difficulty range']}), "
+            f"{pct(last16)}") in flat
+    etr = results.read_run(run).set_index("step")["effective_task_ratio"]
+    sources = pd.read_csv(QWEN_EXPERIMENT / "etr_sources.csv").set_index("run")
+    assert sources.at["difficulty_seed1", "source"] == "pass_rate_calculator"
+    assert sources.at["difficulty_seed1", "largest_difference"] == 0.0
+    assert sources.at["difficulty_seed1", "steps_experience_buffer"] == 16
+    assert etr.idxmin() == 14 and etr[14] == 0.0
+    assert (f"{etr[:4].mean():.2f} over the first four steps, {etr[-4:].mean():.2f} over the "
+            f"last four, {etr.mean():.3f} over all 16, 0.0 at step 14") in flat
+    etr1 = results.read_run(QWEN_EXPERIMENT / "random_seed1").set_index("step")[
+        "effective_task_ratio"]
+    assert (f"as few mixed groups over its last four steps ({etr1.iloc[-4:].mean():.2f}), from "
+            f"tasks whose runs mostly all came back wrong (rollout accuracy "
+            f"{fl['random_seed1']['rollout accuracy, last 4']})") in flat
+    per_seed = pd.read_csv(QWEN_EXPERIMENT / "per_seed.csv").set_index(["selector", "seed"])
+    rollout, etr_seed = per_seed["rollout_accuracy"], per_seed["etr"]
+    at16 = {s: results.read_run(QWEN_EXPERIMENT / f"difficulty_seed{s}").set_index("step")[
+        "rollout_accuracy"][16] for s in (0, 1)}
+    assert (f"(rollout accuracy {rollout[('difficulty_based', 0)]:.2f} and "
+            f"{rollout[('difficulty_based', 1)]:.2f} over its 16 steps, {at16[0]:.2f} and "
+            f"{at16[1]:.2f} at step 16, against {rollout[('random', 0)]:.2f} and "
+            f"{rollout[('random', 1)]:.2f} over random's) with no fewer mixed groups (effective "
+            f"task ratio {etr_seed[('difficulty_based', 0)]:.3f} and "
+            f"{etr_seed[('difficulty_based', 1)]:.3f} against "
+            f"{etr_seed[('random', 1)]:.3f})") in flat
+    assert (f"Replies from {ours_fl['reply tokens, first 4']} to {ours_fl['reply tokens, last 4']}"
+            f" tokens; KL to the start {ours_fl['KL, first 4']} over the first four steps, "
+            f"{ours_fl['KL, last 4']} over the last four; tool-call rate 0") in flat
+    # the replies
+    replies = pd.read_json(run / "samples.jsonl", lines=True)
+    by_step = {k: g["response"] for k, g in replies.groupby("step")}
+
+    def count(step, pattern):
+        return int(by_step[step].str.contains(pattern, regex=True, case=False).sum())
+
+    boxed = r"\\boxed"
+    assert count(16, "```python") == 0 and count(16, boxed) == 16
+    assert (f"at step 1, {count(1, '```python')} of the 16 write a Python code block and "
+            f"{count(1, boxed)} box an answer; at step 16, none writes a code block, "
+            f"{count(16, 'python')} mention Python and all 16 box an answer") in flat
+    # step time, memory, start-up
+    phases = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0)["difficulty_seed1"]
+    assert (f"median **{phases['whole step (log: one explore start to the next)']:.1f} s** "
+            f"(training {phases['training step']:.2f} s, weight sync {phases['weight sync']:.2f}"
+            f" s, rollout phase {phases['rollout phase']:.2f} s)") in flat
+    evals = results.read_scalars(run).query("tag == 'time/eval'").set_index("step")["value"]
+    timed = json.loads((run / "timings.json").read_text())["whole_step_s"]
+    assert (f"the evaluations took {evals[8]:.0f} and {evals[16]:.0f} s, steps 8 and 16 "
+            f"{timed['step 8']:.0f} and {timed['step 16']:.0f} s") in flat
+    _assert_experiment_memory(flat, run, 6)
+    peaks = {name: _memory_peaks(QWEN_EXPERIMENT / name) for name in accuracy}
+    reserved = sorted(r for r, _ in peaks.values())
+    used = sorted(u for _, u in peaks.values())
+    assert (f"({used[0]:.1f}-{used[-1]:.1f} GiB in use); what its allocator kept in reserve "
+            f"went from {reserved[0]:.1f} to {reserved[-1]:.1f} GiB across the four") in flat
+    assert peaks["difficulty_seed1"][0] == reserved[-1]
+    config = (run / "launched_config.yaml").read_text()
+    assert "runner_prepare_concurrency: 16" in config
+    compiled = re.search(r"torch\.compile took ([\d.]+) s",
+                         (run / "train_log_excerpt.txt").read_text())[1]
+    assert (f"step 1 at {ours['step 1 starts']:.2f} minutes after `train`, compiling anew "
+            f"(torch.compile {float(compiled):.1f} s) with its 16 workflow runners made at once: "
+            f"the trainer's workers ready at {ours['trainer workers ready']:.2f}, vLLM at "
+            f"{ours['vLLM engine ready']:.2f}, the runners "
+            f"{ours['all workflow runners ready'] - ours['all rollout models ready']:.2f} minutes"
+            f" after the models. `difficulty_seed0`, from its own compile cache on another H100, "
+            f"had vLLM ready at {seed0['vLLM engine ready']:.2f} and began at "
+            f"{seed0['step 1 starts']:.2f}") in flat
+    # what remains: the two runs to come
+    assert "Two runs, one a stretch" in flat
+    assert "`random_qwen_seed2` (its compile cache came back in stretch 4)" in flat
