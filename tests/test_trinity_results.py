@@ -1193,6 +1193,12 @@ def _startup_table_of(readme: str, rows: int, *runs: tuple[Path, str]) -> list[p
     return columns
 
 
+def _split(phases: pd.Series) -> str:
+    """A step's split as the Qwen READMEs write it, from a run's column of ``phase_times.csv``."""
+    return (f"training {phases['training step']:.2f} s, weight sync {phases['weight sync']:.2f} s,"
+            f" rollout phase {phases['rollout phase']:.2f} s")
+
+
 def _assert_experiment_memory(flat: str, run: Path, stretch: int) -> None:
     """The experiment README's memory paragraph of ``run``: its processes' peaks, the
     trainer's own, and the GPU's in the stretch's monitor lines."""
@@ -1294,8 +1300,7 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
     # step time, its split, the memory
     phases = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0)["random_seed0"]
     assert (f"median **{phases['whole step (log: one explore start to the next)']:.1f} s** "
-            f"(training {phases['training step']:.2f} s, weight sync {phases['weight sync']:.2f}"
-            f" s, rollout phase {phases['rollout phase']:.2f} s)") in flat
+            f"({_split(phases)})") in flat
     evals = results.read_scalars(run).query("tag == 'time/eval'").set_index("step")["value"]
     assert f"The evaluations took {evals[8]:.0f} and {evals[16]:.0f} s (Trinity's `time/eval`)" \
         in flat
@@ -1432,16 +1437,9 @@ def test_the_experiments_second_stretch_is_what_its_calls_run_and_tables_hold():
             f"a code block, {count(16, 'python')} mention Python and all 16 box an answer") in flat
     assert count(16, boxed) == 16
     # step time, memory
-    phases = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0)
-    p1, p0 = phases["random_seed1"], phases["random_seed0"]
-    whole = "whole step (log: one explore start to the next)"
-    assert (f"median **{p1[whole]:.1f} s** (training {p1['training step']:.2f} s, weight sync "
-            f"{p1['weight sync']:.2f} s, rollout phase {p1['rollout phase']:.2f} s)") in flat
-    evals = results.read_scalars(run).query("tag == 'time/eval'").set_index("step")["value"]
-    timed = json.loads((run / "timings.json").read_text())["whole_step_s"]
-    assert (f"the evaluations took {evals[8]:.0f} and {evals[16]:.0f} s, steps 8 and 16 "
-            f"{timed['step 8']:.0f} and {timed['step 16']:.0f} s") in flat
-    assert f"({p0[whole]:.1f} s a step there)" in flat
+    _assert_step_time(flat, run)
+    p0 = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0)["random_seed0"]
+    assert f"({p0['whole step (log: one explore start to the next)']:.1f} s a step there)" in flat
     _assert_experiment_memory(flat, run, 2)
     # the start-up lever alone: one wave of runners, against seed 0's two
     compile_s = re.search(r"torch.compile took ([\d.]+) s",
@@ -1484,9 +1482,8 @@ def _assert_cut_steps_and_memory(flat: str, run: Path, steps: int) -> int:
     assert f"Steps 1-{steps} took {', '.join(values[:-1])} and {values[-1]} s" in flat
     phases = pd.read_csv(QWEN_CUT / "phase_times.csv", index_col=0)[run.name]
     assert (f"**{phases['whole step (log: one explore start to the next)']:.1f} s** the median "
-            f"(`phase_times.csv`: training {phases['training step']:.2f} s, weight sync "
-            f"{phases['weight sync']:.2f} s, rollout phase {phases['rollout phase']:.2f} s); the "
-            f"evaluation took {phases['evaluation']:.1f} s") in flat
+            f"(`phase_times.csv`: {_split(phases)}); the evaluation took "
+            f"{phases['evaluation']:.1f} s") in flat
     memory = pd.read_csv(QWEN_CUT / "gpu_memory.csv", index_col=0)[run.name]
     assert (f"**{memory['run, all processes (sum at one time)']:.1f} GiB** at one time (the "
             f"trainer {memory['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
@@ -1787,6 +1784,52 @@ def test_the_compile_readme_states_what_its_run_and_the_experiments_hold():
     assert (steps["tool_call_rate"] == 0).all()
 
 
+def _assert_unfinished_run_start(flat: str, stretch: int, run: Path) -> tuple[str, pd.Series]:
+    """The experiment README's set-up and start-up figures of a run whose log ends before the
+    trainer's "Trainer finished" line (so ``startup.csv`` has no last step trained); returns
+    the stretch's follow log and the run's column of ``startup.csv``."""
+    follow = (QWEN_EXPERIMENT / f"follow_stretch{stretch}.log").read_text()
+    took = re.search(r"setup took (\d+) s", follow)[1]
+    ours = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)[run.name]
+    assert (f"(set-up {took} s; from `train` to its end {ours['train command ends']:.2f} minutes,"
+            f" step 1 at {ours['step 1 starts']:.2f})") in flat
+    assert "Trainer finished" not in (run / "train_log_excerpt.txt").read_text()
+    assert np.isnan(ours["last step trained"])
+    assert f"{run.name.replace('_seed', '_qwen_seed')}: Training at step 16 finished" in follow
+    return follow, ours
+
+
+def _assert_replies_and_step_time(flat: str, run: Path) -> pd.Series:
+    """The experiment README's paragraphs on a ``difficulty_based`` run's replies (code blocks,
+    boxed answers, talk of Python at steps 1 and 16) and step time (median split, evaluations);
+    returns the run's column of ``phase_times.csv``."""
+    replies = pd.read_json(run / "samples.jsonl", lines=True)
+    by_step = {k: g["response"] for k, g in replies.groupby("step")}
+
+    def count(step, pattern):
+        return int(by_step[step].str.contains(pattern, regex=True, case=False).sum())
+
+    boxed = r"\\boxed"
+    assert count(16, "```python") == 0 and count(16, boxed) == 16
+    assert (f"at step 1, {count(1, '```python')} of the 16 write a Python code block and "
+            f"{count(1, boxed)} box an answer; at step 16, none writes a code block, "
+            f"{count(16, 'python')} mention Python and all 16 box an answer") in flat
+    return _assert_step_time(flat, run)
+
+
+def _assert_step_time(flat: str, run: Path) -> pd.Series:
+    """The experiment README's step-time paragraph of ``run``: the median step and its split,
+    the evaluations; returns the run's column of ``phase_times.csv``."""
+    phases = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0)[run.name]
+    assert (f"median **{phases['whole step (log: one explore start to the next)']:.1f} s** "
+            f"({_split(phases)})") in flat
+    evals = results.read_scalars(run).query("tag == 'time/eval'").set_index("step")["value"]
+    timed = json.loads((run / "timings.json").read_text())["whole_step_s"]
+    assert (f"the evaluations took {evals[8]:.0f} and {evals[16]:.0f} s, steps 8 and 16 "
+            f"{timed['step 8']:.0f} and {timed['step 16']:.0f} s") in flat
+    return phases
+
+
 def test_the_experiments_fifth_stretch_is_what_its_calls_run_and_tables_hold():
     """Stretch 5 of the experiment: the device time of its calls (a machine lost, a second one
     that made the run whole), and what ``difficulty_seed0`` holds: held-out accuracy beside
@@ -1812,17 +1855,10 @@ def test_the_experiments_fifth_stretch_is_what_its_calls_run_and_tables_hold():
     whole = (after[10] - after[5]) / 60
     assert f"**{whole:.1f} minutes** from the last call without a machine" in flat
     assert calls.iloc[7]["calls"] == 17 and calls.iloc[1]["calls"] == 6
-    follow = (QWEN_EXPERIMENT / "follow_stretch5.log").read_text()
-    assert "QWEN_ONLY: difficulty is not a run of qwen 0" in follow
-    took = re.search(r"setup took (\d+) s", follow)[1]
-    startup = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)
-    ours, seed1 = startup["difficulty_seed0"], startup["random_seed1"]
-    assert (f"(set-up {took} s; from `train` to its end {ours['train command ends']:.2f} minutes,"
-            f" step 1 at {ours['step 1 starts']:.2f})") in flat
-    assert np.isnan(ours["last step trained"])
     run = QWEN_EXPERIMENT / "difficulty_seed0"
-    assert "Trainer finished" not in (run / "train_log_excerpt.txt").read_text()
-    assert "difficulty_qwen_seed0: Training at step 16 finished" in follow
+    follow, ours = _assert_unfinished_run_start(flat, 5, run)
+    assert "QWEN_ONLY: difficulty is not a run of qwen 0" in follow
+    seed1 = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)["random_seed1"]
     # held-out accuracy: the pair of seed 0, the cut run of the same seed
     mine, theirs, cut = (results.read_run(folder / name).dropna(subset=["eval_accuracy"])
                          .set_index("step")["eval_accuracy"]
@@ -1893,26 +1929,9 @@ def test_the_experiments_fifth_stretch_is_what_its_calls_run_and_tables_hold():
             f"four, {etr.mean():.3f} over all 16 (`random_seed1`: "
             f"{per_seed.at[('random', 1), 'etr']:.3f})") in flat
     assert "agree at all 16 steps (largest difference 0.0)" in flat
-    by_step = {k: g["response"] for k, g in replies["whole"].groupby("step")}
-
-    def count(step, pattern):
-        return int(by_step[step].str.contains(pattern, regex=True, case=False).sum())
-
-    boxed = r"\\boxed"
-    assert count(16, "```python") == 0 and count(16, boxed) == 16
-    assert (f"at step 1, {count(1, '```python')} of the 16 write a Python code block and "
-            f"{count(1, boxed)} box an answer; at step 16, none writes a code block, "
-            f"{count(16, 'python')} mention Python and all 16 box an answer") in flat
-    # step time, memory, start-up
-    phases = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0)["difficulty_seed0"]
+    # the replies, step time, memory, start-up
+    phases = _assert_replies_and_step_time(flat, run)
     whole_step = "whole step (log: one explore start to the next)"
-    assert (f"median **{phases[whole_step]:.1f} s** (training {phases['training step']:.2f} s, "
-            f"weight sync {phases['weight sync']:.2f} s, rollout phase "
-            f"{phases['rollout phase']:.2f} s)") in flat
-    evals = results.read_scalars(run).query("tag == 'time/eval'").set_index("step")["value"]
-    timed = json.loads((run / "timings.json").read_text())["whole_step_s"]
-    assert (f"the evaluations took {evals[8]:.0f} and {evals[16]:.0f} s, steps 8 and 16 "
-            f"{timed['step 8']:.0f} and {timed['step 16']:.0f} s") in flat
     _assert_experiment_memory(flat, run, 5)
     peaks = {name: _memory_peaks(QWEN_EXPERIMENT / name) for name in ("random_seed0",
                                                                       "random_seed1")}
@@ -1969,17 +1988,10 @@ def test_the_experiments_sixth_stretch_is_what_its_calls_run_and_tables_hold():
     whole = (after[8] - after[4]) / 60
     assert f"**{whole:.1f} minutes** from the last call without a machine" in flat
     assert f"and {whole:.1f} (`difficulty_seed1`, compiling anew)" in flat
-    follow = (QWEN_EXPERIMENT / "follow_stretch6.log").read_text()
-    assert "difficulty_qwen_seed1: Training at step 7 finished\n[04:19:34] 1 run(s)" in follow
-    assert "difficulty_qwen_seed1: Training at step 16 finished" in follow
-    took = re.search(r"setup took (\d+) s", follow)[1]
-    startup = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)
-    ours, seed0 = startup["difficulty_seed1"], startup["difficulty_seed0"]
-    assert (f"(set-up {took} s; from `train` to its end {ours['train command ends']:.2f} minutes,"
-            f" step 1 at {ours['step 1 starts']:.2f})") in flat
     run = QWEN_EXPERIMENT / "difficulty_seed1"
-    assert "Trainer finished" not in (run / "train_log_excerpt.txt").read_text()
-    assert np.isnan(ours["last step trained"])
+    follow, ours = _assert_unfinished_run_start(flat, 6, run)
+    assert "difficulty_qwen_seed1: Training at step 7 finished\n[04:19:34] 1 run(s)" in follow
+    seed0 = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)["difficulty_seed0"]
     # held-out accuracy: the pair of seed 1, then the verdict over both seeds
     accuracy = {name: results.read_run(QWEN_EXPERIMENT / name).dropna(subset=["eval_accuracy"])
                 .set_index("step")["eval_accuracy"]
@@ -2077,27 +2089,8 @@ def test_the_experiments_sixth_stretch_is_what_its_calls_run_and_tables_hold():
     assert (f"Replies from {ours_fl['reply tokens, first 4']} to {ours_fl['reply tokens, last 4']}"
             f" tokens; KL to the start {ours_fl['KL, first 4']} over the first four steps, "
             f"{ours_fl['KL, last 4']} over the last four; tool-call rate 0") in flat
-    # the replies
-    replies = pd.read_json(run / "samples.jsonl", lines=True)
-    by_step = {k: g["response"] for k, g in replies.groupby("step")}
-
-    def count(step, pattern):
-        return int(by_step[step].str.contains(pattern, regex=True, case=False).sum())
-
-    boxed = r"\\boxed"
-    assert count(16, "```python") == 0 and count(16, boxed) == 16
-    assert (f"at step 1, {count(1, '```python')} of the 16 write a Python code block and "
-            f"{count(1, boxed)} box an answer; at step 16, none writes a code block, "
-            f"{count(16, 'python')} mention Python and all 16 box an answer") in flat
-    # step time, memory, start-up
-    phases = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0)["difficulty_seed1"]
-    assert (f"median **{phases['whole step (log: one explore start to the next)']:.1f} s** "
-            f"(training {phases['training step']:.2f} s, weight sync {phases['weight sync']:.2f}"
-            f" s, rollout phase {phases['rollout phase']:.2f} s)") in flat
-    evals = results.read_scalars(run).query("tag == 'time/eval'").set_index("step")["value"]
-    timed = json.loads((run / "timings.json").read_text())["whole_step_s"]
-    assert (f"the evaluations took {evals[8]:.0f} and {evals[16]:.0f} s, steps 8 and 16 "
-            f"{timed['step 8']:.0f} and {timed['step 16']:.0f} s") in flat
+    # the replies, step time, memory, start-up
+    _assert_replies_and_step_time(flat, run)
     _assert_experiment_memory(flat, run, 6)
     peaks = {name: _memory_peaks(QWEN_EXPERIMENT / name) for name in accuracy}
     reserved = sorted(r for r, _ in peaks.values())
