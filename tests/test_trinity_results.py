@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 from bounds import hang_bound
 
-from mathagent import metrics, paths, results, run_facts, tasks
+from mathagent import metrics, paths, results, run_facts, tasks, verdict
 from mathagent.grpo import load_config
 
 TRINITY_22 = paths.RESULTS_DIR / "trinity_h200_22steps"
@@ -1968,8 +1968,6 @@ def test_the_experiments_sixth_stretch_is_what_its_calls_run_and_tables_hold():
     ``difficulty_seed1`` holds: its pair with ``random`` seed 1, the verdict over both seeds of
     each selector, the batches and the levels of their tasks, the effective task ratio, the
     replies, the step split, the memory and the start-up; the top README says the same."""
-    from mathagent import verdict
-
     flat = _flat(QWEN_EXPERIMENT)
     top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
     calls = pd.read_csv(QWEN_EXPERIMENT / "device_time.csv").query("stretch == 6")
