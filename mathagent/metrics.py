@@ -22,6 +22,12 @@ From such a table this module computes, per selector and seed, and then as mean 
   share of seeds that did); ``ttb_*`` statistics are over the seeds that reached it.
 * **BSF** (best so far): best eval accuracy within the budget divided by the baseline's.
 
+TTB and BSF need the baseline's run of the same seed: :func:`time_to_baseline` and
+:func:`best_so_far_ratio` refuse a seed the baseline lacks. :func:`per_seed` and
+:func:`summarize` take such seeds (a selector with a seed more than the baseline, while an
+experiment is under way): their other metrics count, their TTB and BSF are NaN and
+``ttb_reached`` is over the paired seeds.
+
 The BOTS paper reports TTB(100%) and BSF against random in the same way.
 """
 
@@ -169,10 +175,12 @@ def best_so_far_ratio(table: pd.DataFrame, baseline: str = "random",
 def per_seed(table: pd.DataFrame, baseline: str = "random", target: float = 1.0,
              budget: int | None = None) -> pd.DataFrame:
     """One row per (selector, seed): ``etr, rollout_accuracy, eval_final, eval_best, ttb,
-    ttb_reached, bsf``, all within the budget."""
+    ttb_reached, bsf``, all within the budget. A seed the baseline has no run of has NaN for
+    ``ttb``, ``ttb_reached`` and ``bsf`` (they compare with the same seed's baseline run)."""
     validate_table(table)
     budget = default_budget(table, baseline) if budget is None else budget
     t = table[table["step"] <= budget]
+    paired = t[t["seed"].isin(set(t.loc[t["selector"] == baseline, "seed"]))]
     train = t[t["step"] > 0]
     out = train.groupby(["selector", "seed"], sort=False).agg(
         etr=("effective_task_ratio", "mean"),
@@ -182,10 +190,15 @@ def per_seed(table: pd.DataFrame, baseline: str = "random", target: float = 1.0,
                     on=["selector", "seed"])
     out = out.merge(ev.max().rename("eval_best").reset_index(), how="left",
                     on=["selector", "seed"])
-    ttb = time_to_baseline(t, baseline, target, budget)[["selector", "seed", "ttb", "reached"]]
+    ttb = time_to_baseline(paired, baseline, target, budget)[
+        ["selector", "seed", "ttb", "reached"]]
     out = out.merge(ttb.rename(columns={"reached": "ttb_reached"}), how="left",
                     on=["selector", "seed"])
-    bsf = best_so_far_ratio(t, baseline, budget)[["selector", "seed", "bsf"]]
+    # a paired seed without an evaluation in the budget did not reach the baseline's best
+    in_pair = out["seed"].isin(set(paired["seed"]))
+    out["ttb_reached"] = out["ttb_reached"].astype(object)
+    out.loc[in_pair & out["ttb_reached"].isna(), "ttb_reached"] = False
+    bsf = best_so_far_ratio(paired, baseline, budget)[["selector", "seed", "bsf"]]
     return out.merge(bsf, how="left", on=["selector", "seed"])
 
 
@@ -195,7 +208,8 @@ def summarize(table: pd.DataFrame, baseline: str = "random", target: float = 1.0
 
     Columns: ``selector, n_seeds`` and for each of ``etr, rollout_accuracy, eval_final,
     eval_best, ttb, bsf`` the ``_mean, _std, _min, _max``; ``ttb_reached`` is the share of
-    seeds that reached the baseline's best (``ttb_*`` are over those seeds).
+    seeds that reached the baseline's best (``ttb_*`` are over those seeds), of the seeds the
+    baseline has a run of.
     """
     ps = per_seed(table, baseline, target, budget)
     order = list(dict.fromkeys(table["selector"]))
@@ -209,7 +223,8 @@ def summarize(table: pd.DataFrame, baseline: str = "random", target: float = 1.0
             row[f"{m}_std"] = float(v.std(ddof=1)) if v.size > 1 else (0.0 if v.size else np.nan)
             row[f"{m}_min"] = float(v.min()) if v.size else np.nan
             row[f"{m}_max"] = float(v.max()) if v.size else np.nan
-        row["ttb_reached"] = float(g["ttb_reached"].fillna(False).astype(bool).mean())
+        reached = g["ttb_reached"].dropna()
+        row["ttb_reached"] = float(reached.astype(bool).mean()) if len(reached) else np.nan
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -89,6 +89,30 @@ def test_summary_mean_and_spread_over_seeds():
     assert s.loc["bots", "rollout_accuracy_mean"] == pytest.approx(0.1 + 0.001 * 15.5)
 
 
+def test_a_seed_the_baseline_lacks_counts_where_it_can_and_has_no_ttb_or_bsf():
+    # an experiment under way: bots has seed 2, random not yet
+    curves = {**CURVES, ("bots", 2): [0.10, 0.12, 0.14, 0.50], ("slow", 2): [0.1] * 4}
+    ps = M.per_seed(table(curves)).set_index(["selector", "seed"])
+    assert ps.loc[("bots", 2), "eval_final"] == pytest.approx(0.50)
+    for column in ("ttb", "ttb_reached", "bsf"):
+        assert pd.isna(ps.loc[("bots", 2), column]) and pd.isna(ps.loc[("slow", 2), column])
+    # the paired seeds keep what they had; slow seed 0 did not reach random's best
+    assert ps.loc[("bots", 0), "ttb"] == pytest.approx(0.5)
+    assert ps.loc[("slow", 0), "ttb_reached"] is False
+    s = M.summarize(table(curves)).set_index("selector")
+    assert s.loc["bots", "n_seeds"] == 3 and s.loc["random", "n_seeds"] == 2
+    assert s.loc["bots", "eval_final_mean"] == pytest.approx((0.40 + 0.26 + 0.50) / 3)
+    assert s.loc["bots", "ttb_mean"] == pytest.approx((0.5 + 2 / 3) / 2)
+    assert s.loc["bots", "bsf_mean"] == pytest.approx((0.4 / 0.3 + 0.26 / 0.25) / 2)
+    # shares of the paired seeds: slow's unpaired seed 2 is not a seed that failed to reach
+    assert s.loc["slow", "ttb_reached"] == 0.5 and s.loc["bots", "ttb_reached"] == 1.0
+    # the held-out difference is Welch's over all seeds of each side
+    d = M.difference(M.per_seed(table(curves)), "bots", "random")
+    a, b = np.array([0.40, 0.26, 0.50]), np.array([0.30, 0.25])
+    assert d["diff"] == pytest.approx(a.mean() - b.mean())
+    assert d["se"] == pytest.approx(np.sqrt(a.var(ddof=1) / 3 + b.var(ddof=1) / 2))
+
+
 def test_write_metrics_writes_csv_and_params(tmp_path):
     files = M.write_metrics(table(CURVES), tmp_path, params={"kind": "test"})
     summary = pd.read_csv(files["summary"])

@@ -1097,7 +1097,21 @@ def test_results_script_draws_the_start_of_runs_that_evaluate_no_step_0(tmp_path
     assert "trinity_h200.csv is the tidy table of the runs already drawn there" in undrawn.stderr
     again = script()                           # drawn without it: the file no longer holds
     assert again.returncode == 0 and not (out / "start_point.csv").exists()
-    assert "removed " in again.stdout
+    assert f"removed {out / 'start_point.csv'}: the figure was drawn without --start-from" \
+        in again.stdout
+    # runs with no baseline get no TTB/BSF: summaries an earlier call wrote go, saying why
+    params = json.loads((run / "params.json").read_text())
+    (run / "params.json").write_text(json.dumps({**params, "selector": "difficulty_based"}))
+    with tarfile.open(collected / "qwen.tgz", "w:gz") as tar:
+        tar.add(run, arcname="qwen")
+    assert (out / "summary.csv").is_file() and (out / "per_seed.csv").is_file()
+    alone = script()
+    assert alone.returncode == 0, alone.stderr
+    assert not (out / "summary.csv").exists() and not (out / "per_seed.csv").exists()
+    assert (f"removed {out / 'summary.csv'}: baseline selector 'random' is not in the table"
+            in alone.stdout)
+    assert pd.read_csv(out / "trinity_h200.csv")["selector"].unique().tolist() == [
+        "difficulty_based"]
 
 
 def test_a_start_point_is_other_runs_step0_evaluations_on_one_taskset(tmp_path):

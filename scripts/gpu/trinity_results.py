@@ -343,13 +343,18 @@ def main() -> int:
             except results.RunError as exc:   # a start these runs do not start from
                 print(f"error: --start-from: {exc}", file=sys.stderr)
                 return 2
+            written = set()
             for name, file in drawn["files"].items():
                 target = TIDY if name == "results" else file.name
                 shutil.move(str(file), args.out / target)
-        stale = args.out / "start_point.csv"
-        if start is None and stale.is_file():   # drawn now without it: it no longer holds
-            stale.unlink()
-            print(f"removed {stale}: the figure was drawn without --start-from")
+                written.add(target)
+        # what an earlier call drew and this one did not no longer holds: gone, with why
+        why = {"start_point.csv": "the figure was drawn without --start-from"}
+        for name in DRAWN:
+            if name not in written and (args.out / name).is_file():
+                (args.out / name).unlink()
+                print(f"removed {args.out / name}: "
+                      f"{why.get(name) or drawn.get('summary_error') or 'not drawn now'}")
     print(split.to_string())
     print(startups.to_string())
     print(memory.to_string())
