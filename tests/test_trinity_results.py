@@ -11,6 +11,7 @@ runs plus a short log written for the test, so its timings are known.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -1964,7 +1965,7 @@ def test_the_experiments_fifth_stretch_is_what_its_calls_run_and_tables_hold():
     assert f"`random_seed1` (compiling anew, a faster H100) began at " \
         f"{seed1['step 1 starts']:.2f}" in flat
     # what remains counts this run's minutes; the top README says what the pair showed
-    assert f", {whole:.1f} (`difficulty_seed0`) and" in flat
+    assert f", {whole:.1f} (`difficulty_seed0`), " in flat
     assert (f"was behind at step 8 in both pairs, by "
             f"{abs(float(pair.at[8, 'difference'])):.3f} (at least {abs(z8):.1f} standard errors "
             "of the evaluations)") in top
@@ -1999,7 +2000,7 @@ def test_the_experiments_sixth_stretch_is_what_its_calls_run_and_tables_hold():
         assert said in flat, said
     whole = (after[8] - after[4]) / 60
     assert f"**{whole:.1f} minutes** from the last call without a machine" in flat
-    assert f"and {whole:.1f} (`difficulty_seed1`, compiling anew)" in flat
+    assert f", {whole:.1f} (`difficulty_seed1`, compiling anew) and" in flat
     run = QWEN_EXPERIMENT / "difficulty_seed1"
     follow, ours = _assert_unfinished_run_start(flat, 6, run)
     assert "difficulty_qwen_seed1: Training at step 7 finished\n[04:19:34] 1 run(s)" in follow
@@ -2019,8 +2020,10 @@ def test_the_experiments_sixth_stretch_is_what_its_calls_run_and_tables_hold():
             f"evaluations' standard error, {pair.at[8, 'evaluation SE, at most']}) and "
             f"**{pair.at[16, 'difference']} at step 16** ({abs(z16):.1f} times "
             f"{pair.at[16, 'evaluation SE, at most']})") in flat
-    table = verdict.evidence_table(verdict.gather({"qwen": QWEN_EXPERIMENT})) \
-        .set_index("selector")
+    # the verdict as it stood with seeds 0 and 1 of each selector
+    ev = verdict.gather({"qwen": QWEN_EXPERIMENT})[0]
+    both = dataclasses.replace(ev, table=ev.table[ev.table["seed"].isin([0, 1])])
+    table = verdict.evidence_table([both]).set_index("selector")
     assert table["seeds"].tolist() == [2, 2] and (table["eval_step"] == 16).all()
     ours_v, base = table.loc["difficulty_based"], table.loc["random"]
     assert abs(ours_v["z"]) < 1
@@ -2028,9 +2031,7 @@ def test_the_experiments_sixth_stretch_is_what_its_calls_run_and_tables_hold():
             f"`random`, a difference of {ours_v['vs_random']:+.3f} with a standard error of "
             f"{ours_v['se']:.3f} from the spread over seeds: **{ours_v['z']:.1f} standard "
             "errors, not told apart**") in flat
-    assert (f"held-out accuracy {ours_v['eval_final']:.3f} for `difficulty_based` and "
-            f"{base['eval_final']:.3f} for `random` (means over the two seeds), "
-            f"{ours_v['vs_random']:+.3f}, {ours_v['z']:.1f} standard errors over seeds") in flat
+    assert f"(with two seeds each, {ours_v['z']:.1f}, stretch 6;" in flat
     at8 = {sel: np.mean([accuracy[f"{sel}_seed{s}"][8] for s in (0, 1)])
            for sel in ("difficulty", "random")}
     assert (f"At step 8 the means are {at8['difficulty']:.3f} and {at8['random']:.3f} "
@@ -2039,9 +2040,6 @@ def test_the_experiments_sixth_stretch_is_what_its_calls_run_and_tables_hold():
     assert (step8["difference"].astype(float) < 0).all()
     assert (f"behind in both pairs ({step8.iloc[0]['difference']} and "
             f"{step8.iloc[1]['difference']})") in flat
-    assert (f"seeds 0 and 1, to {accuracy['difficulty_seed0'][16]:.3f} and {mine[16]:.3f}. Over "
-            f"those two seeds the selectors cannot be told apart at step 16 "
-            f"({ours_v['vs_random']:+.3f}, {ours_v['z']:.1f} standard errors over seeds)") in top
     assert (f"behind at step 8 in both pairs, by {abs(float(step8.iloc[0]['difference'])):.3f}"
             f" (at least {abs(float(step8.iloc[0]['z (size at least)'])):.1f} standard errors of "
             f"the evaluations) and {abs(float(step8.iloc[1]['difference'])):.3f}") in top
@@ -2087,17 +2085,6 @@ def test_the_experiments_sixth_stretch_is_what_its_calls_run_and_tables_hold():
     assert (f"as few mixed groups over its last four steps ({etr1.iloc[-4:].mean():.2f}), from "
             f"tasks whose runs mostly all came back wrong (rollout accuracy "
             f"{fl['random_seed1']['rollout accuracy, last 4']})") in flat
-    per_seed = pd.read_csv(QWEN_EXPERIMENT / "per_seed.csv").set_index(["selector", "seed"])
-    rollout, etr_seed = per_seed["rollout_accuracy"], per_seed["etr"]
-    at16 = {s: results.read_run(QWEN_EXPERIMENT / f"difficulty_seed{s}").set_index("step")[
-        "rollout_accuracy"][16] for s in (0, 1)}
-    assert (f"(rollout accuracy {rollout[('difficulty_based', 0)]:.2f} and "
-            f"{rollout[('difficulty_based', 1)]:.2f} over its 16 steps, {at16[0]:.2f} and "
-            f"{at16[1]:.2f} at step 16, against {rollout[('random', 0)]:.2f} and "
-            f"{rollout[('random', 1)]:.2f} over random's) with no fewer mixed groups (effective "
-            f"task ratio {etr_seed[('difficulty_based', 0)]:.3f} and "
-            f"{etr_seed[('difficulty_based', 1)]:.3f} against "
-            f"{etr_seed[('random', 1)]:.3f})") in flat
     assert (f"Replies from {ours_fl['reply tokens, first 4']} to {ours_fl['reply tokens, last 4']}"
             f" tokens; KL to the start {ours_fl['KL, first 4']} over the first four steps, "
             f"{ours_fl['KL, last 4']} over the last four; tool-call rate 0") in flat
@@ -2122,6 +2109,181 @@ def test_the_experiments_sixth_stretch_is_what_its_calls_run_and_tables_hold():
             f" after the models. `difficulty_seed0`, from its own compile cache on another H100, "
             f"had vLLM ready at {seed0['vLLM engine ready']:.2f} and began at "
             f"{seed0['step 1 starts']:.2f}") in flat
-    # what remains: the two runs to come
-    assert "Two runs, one a stretch" in flat
-    assert "`random_qwen_seed2` (its compile cache came back in stretch 4)" in flat
+
+
+def test_the_experiments_seventh_stretch_is_what_its_calls_run_and_tables_hold():
+    """Stretch 7 of the experiment: the device time of its calls, and what
+    ``difficulty_seed2`` holds: its held-out accuracy beside the cut ``random`` seed-2 run, the
+    verdict over every seed each selector has, the batches and the levels of their tasks, the
+    effective task ratio, the replies, the step split of a slower machine, the memory and the
+    start-up; the opening paragraph, what remains and the top README say the same."""
+    flat = _flat(QWEN_EXPERIMENT)
+    top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
+    calls = pd.read_csv(QWEN_EXPERIMENT / "device_time.csv").query("stretch == 7")
+    after = calls["device_s_after"].tolist()
+    assert calls["calls"].sum() == 21 and calls.iloc[-1]["what"] == "given back"
+    assert after == sorted(after) and (calls["card"] == "NVIDIA H100 80GB HBM3").all()
+    assert calls.iloc[1]["calls"] == 17
+    for said in (f"An H100 came at once ({after[0]:.1f} s of device time)",
+                 f"the 17 part calls took the total to {after[1]:.1f} s",
+                 f"returned at {after[2]:.1f} s at step 4, a `wait` call at {after[3]:.1f} s at "
+                 "step 14", f"back whole at {after[4]:.1f} s: **{after[4] / 60:.1f} minutes** "
+                 "from the machine's start", f"Given back at {after[5]:.1f} s, with "
+                 f"{(1800 - after[5]) / 60:.1f} minutes left"):
+        assert said in flat, said
+    whole = after[4] / 60
+    assert f"and {whole:.1f} (`difficulty_seed2`, compiling anew on a slower H100)" in flat
+    assert f"less than about {np.ceil(whole):.0f} minutes left" in flat
+    run = QWEN_EXPERIMENT / "difficulty_seed2"
+    follow = (QWEN_EXPERIMENT / "follow_stretch7.log").read_text()
+    took = re.search(r"setup took (\d+) s", follow)[1]
+    start = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)
+    ours = start[run.name]
+    assert (f"(set-up {took} s; from `train` to its end {ours['train command ends']:.2f} minutes,"
+            f" step 1 at {ours['step 1 starts']:.2f})") in flat
+    assert "Trainer finished" in (run / "train_log_excerpt.txt").read_text()
+    assert f"last step trained at {ours['last step trained']:.2f}" in flat
+    assert "difficulty_qwen_seed2: Explore step 4\n[05:15:25] 1 run(s)" in follow
+    assert "difficulty_qwen_seed2: Explore step 14\n[05:23:02] 1 run(s)" in follow
+    # held-out accuracy beside the cut random seed-2 run, then the verdict over every seed
+    accuracy = {name: results.read_run(QWEN_EXPERIMENT / name).dropna(subset=["eval_accuracy"])
+                .set_index("step")["eval_accuracy"]
+                for name in ("difficulty_seed0", "difficulty_seed1", "difficulty_seed2",
+                             "random_seed0", "random_seed1")}
+    mine = accuracy["difficulty_seed2"]
+    assert f"**{mine[8]:.3f} at step 8** and **{mine[16]:.3f} at step 16**" in flat
+    assert not (QWEN_EXPERIMENT / "random_seed2").exists()
+    assert (run_facts.paired_evaluations(QWEN_EXPERIMENT)["seed"] != 2).all()
+    cut = results.read_run(QWEN_CUT / "random_seed2").dropna(subset=["eval_accuracy"]) \
+        .set_index("step")["eval_accuracy"]
+    bound = np.sqrt(2) * 0.5 / np.sqrt(660)
+    gap = mine[8] - cut[8]
+    assert (f"held {cut[8]:.3f} at step 8, {gap:.3f} below this run, {gap / bound:.1f} times the "
+            f"bound on the difference of two evaluations ({bound:.4f})") in flat
+    table = verdict.evidence_table(verdict.gather({"qwen": QWEN_EXPERIMENT})) \
+        .set_index("selector")
+    assert table.loc["difficulty_based", "seeds"] == 3 and table.loc["random", "seeds"] == 2
+    ours_v, base = table.loc["difficulty_based"], table.loc["random"]
+    assert abs(ours_v["z"]) < 1 and (table["eval_step"] == 16).all()
+    assert (f"{ours_v['eval_final']:.3f} for `difficulty_based` over three seeds, "
+            f"{base['eval_final']:.3f} for `random` over two, a difference of "
+            f"{ours_v['vs_random']:+.3f} with a standard error of {ours_v['se']:.3f}: "
+            f"**{ours_v['z']:.1f} standard errors, not told apart**") in flat
+    assert f"with three and two, {ours_v['z']:.1f}, stretch 7)" in flat
+    at8 = {sel: np.mean([accuracy[f"{sel}_seed{s}"][8] for s in seeds])
+           for sel, seeds in (("difficulty", (0, 1, 2)), ("random", (0, 1)))}
+    assert (f"At step 8 the means are {at8['difficulty']:.3f} (three seeds) and "
+            f"{at8['random']:.3f} (two)") in flat
+    # the opening paragraph: the verdict and what the selector did to the batches
+    assert "(5 of 6 runs)" in flat and "**Five runs of six exist:" in flat
+    assert (f"held-out accuracy {ours_v['eval_final']:.3f} for `difficulty_based` (mean over its "
+            f"three seeds) and {base['eval_final']:.3f} for `random` (over its two), "
+            f"{ours_v['vs_random']:+.3f}, {ours_v['z']:.1f} standard errors over seeds") in flat
+    pairs = run_facts.paired_evaluations(QWEN_EXPERIMENT)
+    step8 = pairs[pairs["step"] == 8]
+    assert (step8["difference"].astype(float) < 0).all() and len(step8) == 2
+    assert (f"behind in both pairs ({step8.iloc[0]['difference']} and "
+            f"{step8.iloc[1]['difference']}); its seed 2, with no `random` run of its own yet, "
+            f"held {mine[8]:.3f} there, where the cut run of `random` seed 2 held "
+            f"{cut[8]:.3f}") in flat
+    per_seed = pd.read_csv(QWEN_EXPERIMENT / "per_seed.csv").set_index(["selector", "seed"])
+    rollout, etr_seed = per_seed["rollout_accuracy"], per_seed["etr"]
+    assert per_seed.loc[("difficulty_based", 2), ["ttb", "ttb_reached", "bsf"]].isna().all()
+    at16 = {s: results.read_run(QWEN_EXPERIMENT / f"difficulty_seed{s}").set_index("step")[
+        "rollout_accuracy"][16] for s in (0, 1, 2)}
+    d = [("difficulty_based", s) for s in (0, 1, 2)]
+    assert (f"(rollout accuracy {rollout[d[0]]:.2f}, {rollout[d[1]]:.2f} and {rollout[d[2]]:.2f}"
+            f" over its 16 steps, {at16[0]:.2f}, {at16[1]:.2f} and {at16[2]:.2f} at step 16, "
+            f"against {rollout[('random', 0)]:.2f} and {rollout[('random', 1)]:.2f} over "
+            f"random's) with no fewer mixed groups (effective task ratio {etr_seed[d[0]]:.3f}, "
+            f"{etr_seed[d[1]]:.3f} and {etr_seed[d[2]]:.3f} against "
+            f"{etr_seed[('random', 1)]:.3f})") in flat
+    # the batches and the levels of their tasks
+    steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
+    assert ", ".join(f"{r:.3f}" for r in steps["mean_reward"]) + " (steps 1-16)" in flat
+    assert (steps["tool_call_rate"] == 0).all()
+    fl = run_facts.first_last(results.read_run(run), window=4).iloc[0]
+    assert (f"rollout accuracy {fl['rollout accuracy, first 4']} over the first four steps, "
+            f"{fl['rollout accuracy, last 4']} over the last four. The seed's") in flat
+    assert (f"Replies from {fl['reply tokens, first 4']} to {fl['reply tokens, last 4']} tokens;"
+            f" KL to the start {fl['KL, first 4']} over the first four steps, "
+            f"{fl['KL, last 4']} over the last four; tool-call rate 0") in flat
+    train = tasks.read_split(paths.ARITHMETIC_QWEN_DIR, "train")
+    levels = run_facts.batch_levels(run_facts.run_folders([QWEN_EXPERIMENT]), train) \
+        .set_index(["run", "step"])
+    one, last16 = levels.loc[("difficulty_seed2", 1)], levels.loc[("difficulty_seed2", 16)]
+    seed0, seed1 = levels.loc[("difficulty_seed0", 1)], levels.loc[("difficulty_seed1", 1)]
+
+    def pct(row):
+        return f"{row['mean qwen_bare_pass_rate'] * 100:.0f} %"
+
+    assert pct(one) == pct(seed0)
+    assert (f"step 1's 16 tasks have a mean level of {one['mean difficulty']:.2f} (levels "
+            f"{one['difficulty range']}), tasks the base policy solved {pct(one)} of the time "
+            f"(seed 0's: {seed0['mean difficulty']:.2f}, {pct(seed0)}; seed 1's: "
+            f"{seed1['mean difficulty']:.2f}, {pct(seed1)}); by step 16, "
+            f"{last16['mean difficulty']:.2f} (levels {last16['difficulty range']}), "
+            f"{pct(last16)}") in flat
+    etr = results.read_run(run).set_index("step")["effective_task_ratio"]
+    sources = pd.read_csv(QWEN_EXPERIMENT / "etr_sources.csv").set_index("run")
+    assert sources.at["difficulty_seed2", "source"] == "pass_rate_calculator"
+    assert sources.at["difficulty_seed2", "largest_difference"] == 0.0
+    assert sources.at["difficulty_seed2", "steps_experience_buffer"] == 16
+    assert (f"{etr[:4].mean():.2f} over the first four steps, {etr[-4:].mean():.2f} over the "
+            f"last four, {etr.mean():.3f} over all 16, lowest at step {etr.idxmin()} "
+            f"({etr.min():.3f})") in flat
+    # the replies: two still write a code block at step 16
+    replies = pd.read_json(run / "samples.jsonl", lines=True)
+    by_step = {k: g["response"] for k, g in replies.groupby("step")}
+
+    def count(step, pattern):
+        return int(by_step[step].str.contains(pattern, regex=True, case=False).sum())
+
+    boxed = r"\\boxed"
+    assert (f"at step 1, {count(1, '```python')} of the 16 write a Python code block and "
+            f"{count(1, boxed)} box an answer; at step 16, {count(16, '```python')} write a code "
+            f"block, {count(16, 'python')} mention Python and all 16 box an answer") in flat
+    assert count(16, boxed) == 16
+    # step time on a slower machine: every phase and the CPU-side start
+    phases = _assert_step_time(flat, run)
+    others = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0).drop(
+        columns=run.name)
+    same = others[["difficulty_seed0", "difficulty_seed1"]]
+    assert (phases > same.max(axis=1)).all()
+    step = same.loc["whole step (log: one explore start to the next)"]
+    assert f"(median steps {step.min():.1f}-{step.max():.1f} s)" in flat
+    machine = ["training step", "weight sync", "evaluation"]
+    assert (phases[machine] > others.loc[machine].max(axis=1)).all()
+    spans = [f"{others.loc[m].min():.2f}-{others.loc[m].max():.2f} s" for m in machine]
+    assert ("the training step, the weight sync and the evaluation slower than in any of the four "
+            f"({spans[0]}, {spans[1]} and {spans[2]} there)") in flat
+    rest = start.drop(columns=run.name)
+    loaded, passed = "`train`: config loaded", "`train`: preflight passed"
+    assert rest.loc[loaded].nunique() == 1 and ours[loaded] > rest.loc[loaded].max()
+    assert (f"config loaded at {ours[loaded]:.2f} minutes ({rest.loc[loaded].max():.2f} in the "
+            f"others) and passed its preflight at {ours[passed]:.2f} "
+            f"({rest.loc[passed].min():.2f}-{rest.loc[passed].max():.2f})") in flat
+    # memory and start-up
+    _assert_experiment_memory(flat, run, 7)
+    compiled = {name: re.search(r"torch\.compile took ([\d.]+) s",
+                                (QWEN_EXPERIMENT / name / "train_log_excerpt.txt").read_text())[1]
+                for name in ("difficulty_seed1", "difficulty_seed2")}
+    assert "runner_prepare_concurrency: 16" in (run / "launched_config.yaml").read_text()
+    assert (f"step 1 at {ours['step 1 starts']:.2f} minutes after `train`, compiling anew "
+            f"(torch.compile {float(compiled['difficulty_seed2']):.1f} s; "
+            f"{float(compiled['difficulty_seed1']):.1f} in `difficulty_seed1`) with its 16 "
+            f"workflow runners made at once: the trainer's workers ready at "
+            f"{ours['trainer workers ready']:.2f}, vLLM at {ours['vLLM engine ready']:.2f}, the "
+            f"runners {ours['all workflow runners ready'] - ours['all rollout models ready']:.2f}"
+            " minutes after the models") in flat
+    # what remains: the last run
+    assert ("One run, with the settings above: `random_qwen_seed2`, from the compile cache that "
+            "came back in stretch 4") in flat
+    # the top README
+    assert (f"`difficulty_based`, seeds 0, 1 and 2, to {accuracy['difficulty_seed0'][16]:.3f}, "
+            f"{accuracy['difficulty_seed1'][16]:.3f} and {mine[16]:.3f}. The selectors cannot "
+            f"be told apart at step 16 ({ours_v['vs_random']:+.3f}, {ours_v['z']:.1f} standard "
+            "errors over seeds, three of `difficulty_based` and two of random)") in top
+    assert (f"Seed 2's ({whole:.1f} minutes of device time, compiling anew on a slower H100, "
+            f"{phases['whole step (log: one explore start to the next)']:.1f} s a step) held "
+            f"{mine[8]:.3f} at step 8 and {mine[16]:.3f} at step 16") in top
