@@ -196,7 +196,8 @@ def per_seed(table: pd.DataFrame, baseline: str = "random", target: float = 1.0,
                     on=["selector", "seed"])
     # a paired seed without an evaluation in the budget did not reach the baseline's best
     in_pair = out["seed"].isin(set(paired["seed"]))
-    out["ttb_reached"] = out["ttb_reached"].astype(object)
+    if not in_pair.all():   # True/False where paired, NaN where not
+        out["ttb_reached"] = out["ttb_reached"].astype(object)
     out.loc[in_pair & out["ttb_reached"].isna(), "ttb_reached"] = False
     bsf = best_so_far_ratio(paired, baseline, budget)[["selector", "seed", "bsf"]]
     return out.merge(bsf, how="left", on=["selector", "seed"])
