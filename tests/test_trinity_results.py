@@ -1299,19 +1299,12 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
             f"steps, {first_last['rollout accuracy, last 4']} over the last four") in flat
     assert (f"from {first_last['reply tokens, first 4']} to {first_last['reply tokens, last 4']}"
             " tokens") in flat
-    samples = pd.read_json(run / "samples.jsonl", lines=True)
-    by_step = {s: g["response"] for s, g in samples.groupby("step")}
-    assert sorted(by_step) == [1, 16] and all(len(r) == 16 for r in by_step.values())
-
-    def count(step, pattern):
-        return int(by_step[step].str.contains(pattern, regex=True, case=False).sum())
-
-    boxed = r"\\boxed"
+    count = _reply_counter(run)
     assert (f"at step 1, {count(1, '```python')} of the 16 write a Python code block and "
-            f"{count(1, boxed)} box an answer") in flat
+            f"{count(1, BOXED)} box an answer") in flat
     assert (f"at step 16 all 16 mention Python, {count(16, '```python')} writes a code block and "
             "all 16 box an answer") in flat
-    assert count(16, "python") == 16 and count(16, boxed) == 16
+    assert count(16, "python") == 16 and count(16, BOXED) == 16
     # step time, its split, the memory
     phases = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0)["random_seed0"]
     assert (f"median **{phases['whole step (log: one explore start to the next)']:.1f} s** "
@@ -1423,9 +1416,7 @@ def test_the_experiments_second_stretch_is_what_its_calls_run_and_tables_hold():
     assert (f"and {one_acc[16]:.3f} (step 1 at {one['step 1 starts']:.2f} minutes, compiling, "
             "its 16 workflow runners made at once") in top
     # the batches, the effective task ratio from the buffer, the replies
-    steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
-    assert ", ".join(f"{r:.3f}" for r in steps["mean_reward"]) + " (steps 1-16)" in flat
-    assert (steps["tool_call_rate"] == 0).all()
+    steps = _assert_batch_rewards(flat, run)
     table = results.read_run(run)
     fl = run_facts.first_last(table, window=4).iloc[0]
     assert (f"rollout accuracy {fl['rollout accuracy, first 4']} over the first four steps, "
@@ -1440,17 +1431,7 @@ def test_the_experiments_second_stretch_is_what_its_calls_run_and_tables_hold():
             "over the last four") in flat
     sources = pd.read_csv(QWEN_EXPERIMENT / "etr_sources.csv").set_index("run")
     assert sources.at["random_seed1", "source"] == "experience buffer"
-    samples = pd.read_json(run / "samples.jsonl", lines=True)
-    by_step = {k: g["response"] for k, g in samples.groupby("step")}
-
-    def count(step, pattern):
-        return int(by_step[step].str.contains(pattern, regex=True, case=False).sum())
-
-    boxed = r"\\boxed"
-    assert (f"at step 1, {count(1, '```python')} of the 16 write a Python code block and "
-            f"{count(1, boxed)} box an answer; at step 16, {count(16, '```python')} writes "
-            f"a code block, {count(16, 'python')} mention Python and all 16 box an answer") in flat
-    assert count(16, boxed) == 16
+    _assert_replies(flat, run)
     # step time, memory
     _assert_step_time(flat, run)
     p0 = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0)["random_seed0"]
@@ -1814,22 +1795,64 @@ def _assert_unfinished_run_start(flat: str, stretch: int, run: Path) -> tuple[st
     return follow, ours
 
 
-def _assert_replies_and_step_time(flat: str, run: Path) -> pd.Series:
-    """The experiment README's paragraphs on a ``difficulty_based`` run's replies (code blocks,
-    boxed answers, talk of Python at steps 1 and 16) and step time (median split, evaluations);
-    returns the run's column of ``phase_times.csv``."""
+def _assert_batch_rewards(flat: str, run: Path) -> pd.DataFrame:
+    """The experiment README lists ``run``'s mean reward per step (its ``buffer_steps.csv``,
+    returned by step), whose agent called no tool."""
+    steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
+    assert ", ".join(f"{r:.3f}" for r in steps["mean_reward"]) + " (steps 1-16)" in flat
+    assert (steps["tool_call_rate"] == 0).all()
+    return steps
+
+
+def _experiment_levels() -> pd.DataFrame:
+    """``run_facts.batch_levels`` of the experiment's runs, indexed by (run, step)."""
+    train = tasks.read_split(paths.ARITHMETIC_QWEN_DIR, "train")
+    return run_facts.batch_levels(run_facts.run_folders([QWEN_EXPERIMENT]), train) \
+        .set_index(["run", "step"])
+
+
+def _pct(row: pd.Series) -> str:
+    """A batch's mean base pass rate (a row of ``run_facts.batch_levels``) as the README's
+    percentage."""
+    return f"{row['mean qwen_bare_pass_rate'] * 100:.0f} %"
+
+
+def _trinity_etr(run: Path) -> pd.Series:
+    """A ``difficulty_based`` run's effective task ratio per step, once ``etr_sources.csv``
+    says it is Trinity's own and the experience buffer's agrees at all 16 steps."""
+    sources = pd.read_csv(QWEN_EXPERIMENT / "etr_sources.csv").set_index("run")
+    assert sources.at[run.name, "source"] == "pass_rate_calculator"
+    assert sources.at[run.name, "largest_difference"] == 0.0
+    assert sources.at[run.name, "steps_experience_buffer"] == 16
+    return results.read_run(run).set_index("step")["effective_task_ratio"]
+
+
+def _reply_counter(run: Path):
+    """``count(step, pattern)``: how many of the replies ``run``'s ``samples.jsonl`` saved at
+    ``step`` match ``pattern`` (a regular expression, any case)."""
     replies = pd.read_json(run / "samples.jsonl", lines=True)
     by_step = {k: g["response"] for k, g in replies.groupby("step")}
+    assert sorted(by_step) == [1, 16] and all(len(r) == 16 for r in by_step.values())
 
-    def count(step, pattern):
+    def count(step: int, pattern: str) -> int:
         return int(by_step[step].str.contains(pattern, regex=True, case=False).sum())
 
-    boxed = r"\\boxed"
-    assert count(16, "```python") == 0 and count(16, boxed) == 16
+    return count
+
+
+BOXED = r"\\boxed"
+
+
+def _assert_replies(flat: str, run: Path) -> None:
+    """The experiment README's paragraph on a run's replies at steps 1 and 16: code blocks,
+    boxed answers and talk of Python; every step-16 reply boxes an answer."""
+    count = _reply_counter(run)
+    code = count(16, "```python")
+    wrote = "none writes" if code == 0 else f"{code} writes" if code == 1 else f"{code} write"
+    assert count(16, BOXED) == 16
     assert (f"at step 1, {count(1, '```python')} of the 16 write a Python code block and "
-            f"{count(1, boxed)} box an answer; at step 16, none writes a code block, "
+            f"{count(1, BOXED)} box an answer; at step 16, {wrote} a code block, "
             f"{count(16, 'python')} mention Python and all 16 box an answer") in flat
-    return _assert_step_time(flat, run)
 
 
 def _assert_step_time(flat: str, run: Path) -> pd.Series:
@@ -1906,9 +1929,7 @@ def test_the_experiments_fifth_stretch_is_what_its_calls_run_and_tables_hold():
                for w, f in (("whole", run), ("cut", QWEN_CUT / "difficulty_seed0"))}
     assert (f"(mean reward {rewards['whole'][1]:.3f} here, {rewards['cut'][1]:.3f} there") in flat
     # the batches and the levels of their tasks
-    steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
-    assert ", ".join(f"{r:.3f}" for r in steps["mean_reward"]) + " (steps 1-16)" in flat
-    assert (steps["tool_call_rate"] == 0).all()
+    _assert_batch_rewards(flat, run)
     table = results.read_run(run)
     fl = {name: run_facts.first_last(results.read_run(QWEN_EXPERIMENT / name), window=4).iloc[0]
           for name in ("difficulty_seed0", "random_seed0", "random_seed1")}
@@ -1917,9 +1938,7 @@ def test_the_experiments_fifth_stretch_is_what_its_calls_run_and_tables_hold():
             f"{fl['difficulty_seed0'][last]} over the last four (`random`: "
             f"{fl['random_seed0'][first]} and {fl['random_seed0'][last]}, "
             f"{fl['random_seed1'][first]} and {fl['random_seed1'][last]})") in flat
-    train = tasks.read_split(paths.ARITHMETIC_QWEN_DIR, "train")
-    levels = run_facts.batch_levels(run_facts.run_folders([QWEN_EXPERIMENT]), train) \
-        .set_index(["run", "step"])
+    levels = _experiment_levels()
     ones, last16 = levels.loc[("difficulty_seed0", 1)], levels.loc[("difficulty_seed0", 16)]
     assert (f"step 1's 16 tasks have a mean level of {ones['mean difficulty']:.2f} (levels "
             f"{ones['difficulty range']}), step 16's {last16['mean difficulty']:.2f} (levels "
@@ -1934,18 +1953,15 @@ def test_the_experiments_fifth_stretch_is_what_its_calls_run_and_tables_hold():
     assert (f"Replies from {ours_fl['reply tokens, first 4']} to {ours_fl['reply tokens, last 4']}"
             f" tokens; KL to the start {ours_fl['KL, first 4']} over the first four steps, "
             f"{ours_fl['KL, last 4']} over the last four; tool-call rate 0") in flat
-    etr = table.set_index("step")["effective_task_ratio"]
-    sources = pd.read_csv(QWEN_EXPERIMENT / "etr_sources.csv").set_index("run")
-    assert sources.at["difficulty_seed0", "source"] == "pass_rate_calculator"
-    assert sources.at["difficulty_seed0", "largest_difference"] == 0.0
-    assert sources.at["difficulty_seed0", "steps_experience_buffer"] == 16
+    etr = _trinity_etr(run)
     per_seed = pd.read_csv(QWEN_EXPERIMENT / "per_seed.csv").set_index(["selector", "seed"])
     assert (f"{etr[:4].mean():.2f} over the first four steps, {etr[-4:].mean():.2f} over the last "
             f"four, {etr.mean():.3f} over all 16 (`random_seed1`: "
             f"{per_seed.at[('random', 1), 'etr']:.3f})") in flat
     assert "agree at all 16 steps (largest difference 0.0)" in flat
     # the replies, step time, memory, start-up
-    phases = _assert_replies_and_step_time(flat, run)
+    _assert_replies(flat, run)
+    phases = _assert_step_time(flat, run)
     whole_step = "whole step (log: one explore start to the next)"
     _assert_experiment_memory(flat, run, 5)
     peaks = {name: _memory_peaks(QWEN_EXPERIMENT / name) for name in ("random_seed0",
@@ -2048,35 +2064,24 @@ def test_the_experiments_sixth_stretch_is_what_its_calls_run_and_tables_hold():
             f"{mine[16]:.3f} at step 16, against random's {theirs[8]:.3f} and "
             f"{theirs[16]:.3f}") in top
     # the batches and the levels of their tasks
-    steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
-    assert ", ".join(f"{r:.3f}" for r in steps["mean_reward"]) + " (steps 1-16)" in flat
-    assert (steps["tool_call_rate"] == 0).all()
+    _assert_batch_rewards(flat, run)
     fl = {name: run_facts.first_last(results.read_run(QWEN_EXPERIMENT / name), window=4).iloc[0]
           for name in ("difficulty_seed1", "random_seed1")}
     ours_fl = fl["difficulty_seed1"]
     assert (f"rollout accuracy {ours_fl['rollout accuracy, first 4']} over the first four steps,"
             f" {ours_fl['rollout accuracy, last 4']} over the last four. The seed's") in flat
-    train = tasks.read_split(paths.ARITHMETIC_QWEN_DIR, "train")
-    levels = run_facts.batch_levels(run_facts.run_folders([QWEN_EXPERIMENT]), train) \
-        .set_index(["run", "step"])
+    levels = _experiment_levels()
     one, last16 = levels.loc[("difficulty_seed1", 1)], levels.loc[("difficulty_seed1", 16)]
     other0, rand1 = levels.loc[("difficulty_seed0", 1)], levels.loc[("random_seed1", 1)]
     assert one["mean qwen_bare_pass_rate"] > other0["mean qwen_bare_pass_rate"]
 
-    def pct(row):
-        return f"{row['mean qwen_bare_pass_rate'] * 100:.0f} %"
-
     assert (f"step 1's 16 tasks have a mean level of {one['mean difficulty']:.2f} (levels "
-            f"{one['difficulty range']}), tasks the base policy solved {pct(one)} of the time "
-            f"(seed 0's step 1: {other0['mean difficulty']:.2f}, {pct(other0)}; `random` seed "
-            f"1's: {rand1['mean difficulty']:.2f}, {pct(rand1)}); by step 16, "
+            f"{one['difficulty range']}), tasks the base policy solved {_pct(one)} of the time "
+            f"(seed 0's step 1: {other0['mean difficulty']:.2f}, {_pct(other0)}; `random` seed "
+            f"1's: {rand1['mean difficulty']:.2f}, {_pct(rand1)}); by step 16, "
             f"{last16['mean difficulty']:.2f} (levels {last16['difficulty range']}), "
-            f"{pct(last16)}") in flat
-    etr = results.read_run(run).set_index("step")["effective_task_ratio"]
-    sources = pd.read_csv(QWEN_EXPERIMENT / "etr_sources.csv").set_index("run")
-    assert sources.at["difficulty_seed1", "source"] == "pass_rate_calculator"
-    assert sources.at["difficulty_seed1", "largest_difference"] == 0.0
-    assert sources.at["difficulty_seed1", "steps_experience_buffer"] == 16
+            f"{_pct(last16)}") in flat
+    etr = _trinity_etr(run)
     assert etr.idxmin() == 14 and etr[14] == 0.0
     assert (f"{etr[:4].mean():.2f} over the first four steps, {etr[-4:].mean():.2f} over the "
             f"last four, {etr.mean():.3f} over all 16, 0.0 at step 14") in flat
@@ -2089,7 +2094,8 @@ def test_the_experiments_sixth_stretch_is_what_its_calls_run_and_tables_hold():
             f" tokens; KL to the start {ours_fl['KL, first 4']} over the first four steps, "
             f"{ours_fl['KL, last 4']} over the last four; tool-call rate 0") in flat
     # the replies, step time, memory, start-up
-    _assert_replies_and_step_time(flat, run)
+    _assert_replies(flat, run)
+    _assert_step_time(flat, run)
     _assert_experiment_memory(flat, run, 6)
     peaks = {name: _memory_peaks(QWEN_EXPERIMENT / name) for name in accuracy}
     reserved = sorted(r for r, _ in peaks.values())
@@ -2199,51 +2205,29 @@ def test_the_experiments_seventh_stretch_is_what_its_calls_run_and_tables_hold()
             f"{etr_seed[d[1]]:.3f} and {etr_seed[d[2]]:.3f} against "
             f"{etr_seed[('random', 1)]:.3f})") in flat
     # the batches and the levels of their tasks
-    steps = pd.read_csv(run / "buffer_steps.csv").set_index("step")
-    assert ", ".join(f"{r:.3f}" for r in steps["mean_reward"]) + " (steps 1-16)" in flat
-    assert (steps["tool_call_rate"] == 0).all()
+    _assert_batch_rewards(flat, run)
     fl = run_facts.first_last(results.read_run(run), window=4).iloc[0]
     assert (f"rollout accuracy {fl['rollout accuracy, first 4']} over the first four steps, "
             f"{fl['rollout accuracy, last 4']} over the last four. The seed's") in flat
     assert (f"Replies from {fl['reply tokens, first 4']} to {fl['reply tokens, last 4']} tokens;"
             f" KL to the start {fl['KL, first 4']} over the first four steps, "
             f"{fl['KL, last 4']} over the last four; tool-call rate 0") in flat
-    train = tasks.read_split(paths.ARITHMETIC_QWEN_DIR, "train")
-    levels = run_facts.batch_levels(run_facts.run_folders([QWEN_EXPERIMENT]), train) \
-        .set_index(["run", "step"])
+    levels = _experiment_levels()
     one, last16 = levels.loc[("difficulty_seed2", 1)], levels.loc[("difficulty_seed2", 16)]
     seed0, seed1 = levels.loc[("difficulty_seed0", 1)], levels.loc[("difficulty_seed1", 1)]
-
-    def pct(row):
-        return f"{row['mean qwen_bare_pass_rate'] * 100:.0f} %"
-
-    assert pct(one) == pct(seed0)
+    assert _pct(one) == _pct(seed0)
     assert (f"step 1's 16 tasks have a mean level of {one['mean difficulty']:.2f} (levels "
-            f"{one['difficulty range']}), tasks the base policy solved {pct(one)} of the time "
-            f"(seed 0's: {seed0['mean difficulty']:.2f}, {pct(seed0)}; seed 1's: "
-            f"{seed1['mean difficulty']:.2f}, {pct(seed1)}); by step 16, "
+            f"{one['difficulty range']}), tasks the base policy solved {_pct(one)} of the time "
+            f"(seed 0's: {seed0['mean difficulty']:.2f}, {_pct(seed0)}; seed 1's: "
+            f"{seed1['mean difficulty']:.2f}, {_pct(seed1)}); by step 16, "
             f"{last16['mean difficulty']:.2f} (levels {last16['difficulty range']}), "
-            f"{pct(last16)}") in flat
-    etr = results.read_run(run).set_index("step")["effective_task_ratio"]
-    sources = pd.read_csv(QWEN_EXPERIMENT / "etr_sources.csv").set_index("run")
-    assert sources.at["difficulty_seed2", "source"] == "pass_rate_calculator"
-    assert sources.at["difficulty_seed2", "largest_difference"] == 0.0
-    assert sources.at["difficulty_seed2", "steps_experience_buffer"] == 16
+            f"{_pct(last16)}") in flat
+    etr = _trinity_etr(run)
     assert (f"{etr[:4].mean():.2f} over the first four steps, {etr[-4:].mean():.2f} over the "
             f"last four, {etr.mean():.3f} over all 16, lowest at step {etr.idxmin()} "
             f"({etr.min():.3f})") in flat
     # the replies: two still write a code block at step 16
-    replies = pd.read_json(run / "samples.jsonl", lines=True)
-    by_step = {k: g["response"] for k, g in replies.groupby("step")}
-
-    def count(step, pattern):
-        return int(by_step[step].str.contains(pattern, regex=True, case=False).sum())
-
-    boxed = r"\\boxed"
-    assert (f"at step 1, {count(1, '```python')} of the 16 write a Python code block and "
-            f"{count(1, boxed)} box an answer; at step 16, {count(16, '```python')} write a code "
-            f"block, {count(16, 'python')} mention Python and all 16 box an answer") in flat
-    assert count(16, boxed) == 16
+    _assert_replies(flat, run)
     # step time on a slower machine: every phase and the CPU-side start
     phases = _assert_step_time(flat, run)
     others = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0).drop(
