@@ -146,7 +146,8 @@ def who_won(evidence: Sequence[Evidence], baseline: str = BASELINE,
             studied: str = STUDIED) -> pd.DataFrame:
     """Per source: scale, the best selector by final held-out accuracy and its margin over the
     runner-up, and ``studied``'s margin over ``baseline``, each in standard errors over
-    seeds, with a reading (clear at :data:`CLEAR` standard errors or more)."""
+    seeds, with a reading (clear at :data:`CLEAR` standard errors or more; the two selectors'
+    numbers of seeds where they differ). ``seeds``: the distinct seeds of all selectors."""
     rows = []
     for ev in evidence:
         try:
@@ -166,6 +167,9 @@ def who_won(evidence: Sequence[Evidence], baseline: str = BASELINE,
             z = metrics.difference(ps, studied, baseline)["z"]
             row[f"{studied}_vs_{baseline}_z"] = z
             row["reading"] = _reading(studied, baseline, z)
+            counts = ps.groupby("selector")["seed"].nunique()
+            if counts[studied] != counts[baseline]:   # an experiment under way
+                row["reading"] += f" ({counts[studied]} seeds against {counts[baseline]})"
         else:   # the baseline is there (per_seed needs it): the studied selector is not yet
             row["reading"] = f"no {studied} runs yet"
         rows.append(row)

@@ -69,6 +69,19 @@ def test_who_won_says_which_selector_an_experiment_under_way_has_no_runs_of():
     assert (row["selector"], row["seeds"]) == ("random", 1)
     assert row["eval_final"] == pytest.approx(0.39)
     assert np.isnan(row["vs_random"])
+    # a seed more of difficulty_based: read over the seeds each has, the reading says so
+    more = table_of(tidy("random", 0, (0.1, 0.2)), tidy("random", 1, (0.1, 0.3)),
+                    *(tidy("difficulty_based", s, (0.1, a)) for s, a in ((0, 0.21), (1, 0.31),
+                                                                          (2, 0.26))))
+    won = verdict.who_won([verdict.Evidence("three", more, 16, 8)]).iloc[0]
+    assert won["seeds"] == 3
+    assert won["reading"].endswith("not clear (3 seeds against 2)")
+    row = verdict.evidence_table([verdict.Evidence("three", more, 16, 8)]).set_index("selector")
+    assert row["seeds"].to_dict() == {"random": 2, "difficulty_based": 3}
+    assert row.at["difficulty_based", "vs_random"] == pytest.approx(0.26 - 0.25)
+    # TTB over the two paired seeds, both at random's best at step 4; seed 2 is not a miss
+    assert (row.at["difficulty_based", "ttb"], row.at["difficulty_based", "ttb_reached"]) == (
+        1.0, 1.0)
     # without the baseline there is nothing to measure against: one line naming the source
     only_difficulty = table_of(tidy("difficulty_based", 0, (0.16, 0.39)))
     with pytest.raises(results.RunError, match="source 'first': baseline selector 'random'"):
