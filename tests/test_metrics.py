@@ -106,6 +106,8 @@ def test_a_seed_the_baseline_lacks_counts_where_it_can_and_has_no_ttb_or_bsf():
     assert s.loc["bots", "bsf_mean"] == pytest.approx((0.4 / 0.3 + 0.26 / 0.25) / 2)
     # shares of the paired seeds: slow's unpaired seed 2 is not a seed that failed to reach
     assert s.loc["slow", "ttb_reached"] == 0.5 and s.loc["bots", "ttb_reached"] == 1.0
+    # where every seed is paired the column stays boolean, as before
+    assert M.per_seed(table(CURVES))["ttb_reached"].dtype == bool
     # the held-out difference is Welch's over all seeds of each side
     d = M.difference(M.per_seed(table(curves)), "bots", "random")
     a, b = np.array([0.40, 0.26, 0.50]), np.array([0.30, 0.25])

@@ -2241,6 +2241,15 @@ def test_the_experiments_seventh_stretch_is_what_its_calls_run_and_tables_hold()
     spans = [f"{others.loc[m].min():.2f}-{others.loc[m].max():.2f} s" for m in machine]
     assert ("the training step, the weight sync and the evaluation slower than in any of the four "
             f"({spans[0]}, {spans[1]} and {spans[2]} there)") in flat
+    # the run's settings are seed 1's: beside the names of its folders, the seed and Ray head
+    configs = [(QWEN_EXPERIMENT / name / "launched_config.yaml").read_text()
+               .replace(f"_seed{seed}", "_seed").splitlines()
+               for seed, name in ((1, "difficulty_seed1"), (2, run.name))]
+    differ = [(a.strip(), b.strip()) for a, b in zip(*configs, strict=True) if a != b]
+    assert sorted(a.split(":")[0] for a, _ in differ) == ["ray_address", "seed", "seed"]
+    assert all(b == "seed: 2" or b.startswith("ray_address") for _, b in differ)
+    assert ("Its `launched_config.yaml` differs from `difficulty_seed1`'s in the seed and the Ray "
+            "address only") in flat
     rest = start.drop(columns=run.name)
     loaded, passed = "`train`: config loaded", "`train`: preflight passed"
     assert rest.loc[loaded].nunique() == 1 and ours[loaded] > rest.loc[loaded].max()

@@ -349,12 +349,13 @@ def main() -> int:
                 shutil.move(str(file), args.out / target)
                 written.add(target)
         # what an earlier call drew and this one did not no longer holds: gone, with why
-        why = {"start_point.csv": "the figure was drawn without --start-from"}
+        why = {"start_point.csv": "the figure was drawn without --start-from",
+               **dict.fromkeys(("summary.csv", "per_seed.csv", "metrics_params.json"),
+                               drawn.get("summary_error"))}
         for name in DRAWN:
             if name not in written and (args.out / name).is_file():
                 (args.out / name).unlink()
-                print(f"removed {args.out / name}: "
-                      f"{why.get(name) or drawn.get('summary_error') or 'not drawn now'}")
+                print(f"removed {args.out / name}: {why.get(name) or 'not drawn now'}")
     print(split.to_string())
     print(startups.to_string())
     print(memory.to_string())
