@@ -204,6 +204,17 @@ DRAWN = (TIDY, "training_curves.png", "effective_task_ratio.png", "behaviour.png
          "summary.csv", "per_seed.csv", "metrics_params.json", "start_point.csv")
 
 
+def remove_undrawn(out: Path, written: set[str], why: dict[str, str | None],
+                   otherwise: str) -> None:
+    """Remove the :data:`DRAWN` files an earlier call left in ``out`` that this one did not
+    write (``written``): they no longer hold. One line each, with ``why[name]`` or
+    ``otherwise``."""
+    for name in DRAWN:
+        if name not in written and (out / name).is_file():
+            (out / name).unlink()
+            print(f"removed {out / name}: {why.get(name) or otherwise}")
+
+
 def run_folders(out: Path) -> list[Path]:
     """The run folders of a results folder (those with a ``params.json``), by name."""
     return sorted(d for d in out.iterdir() if (d / "params.json").is_file())
@@ -328,10 +339,7 @@ def main() -> int:
               f"{', '.join(f.name for f in folders if f not in stepped)} logged no step "
               "(--no-figures says so without this line)")
         # what an earlier call drew leaves the new runs out: gone, not left to mislead
-        for name in DRAWN:
-            if (args.out / name).is_file():
-                (args.out / name).unlink()
-                print(f"removed {args.out / name}: drawn without the runs added now")
+        remove_undrawn(args.out, set(), {}, "drawn without the runs added now")
     elif not args.no_figures:
         table = results.load_runs(folders, progress=False)
         seeds = ", ".join(str(x) for x in sorted(table["seed"].unique()))
@@ -348,14 +356,10 @@ def main() -> int:
                 target = TIDY if name == "results" else file.name
                 shutil.move(str(file), args.out / target)
                 written.add(target)
-        # what an earlier call drew and this one did not no longer holds: gone, with why
         why = {"start_point.csv": "the figure was drawn without --start-from",
                **dict.fromkeys(("summary.csv", "per_seed.csv", "metrics_params.json"),
                                drawn.get("summary_error"))}
-        for name in DRAWN:
-            if name not in written and (args.out / name).is_file():
-                (args.out / name).unlink()
-                print(f"removed {args.out / name}: {why.get(name) or 'not drawn now'}")
+        remove_undrawn(args.out, written, why, "not drawn now")
     print(split.to_string())
     print(startups.to_string())
     print(memory.to_string())
