@@ -331,9 +331,10 @@ def test_every_gpu_script_parses():
 
 
 def test_qwen_only_keeps_the_named_runs_and_refuses_a_name_of_no_pair(tmp_path):
-    """``QWEN_ONLY`` starts one run of a pair alone (a stretch too short for two): the runs
-    ``qwen`` would start are the ones ``settings`` prints, so it shows which stay; a name that
-    is no run of the pairs is one line and exit status 2, before anything is joined or started."""
+    """``QWEN_ONLY`` starts one run of a pair alone (a stretch too short for two), or the third
+    arm (``bots_qwen_seedN``), which only it starts: the runs ``qwen`` would start are the ones
+    ``settings`` prints, so it shows which stay; a name that is no run of the pairs or the arms
+    is one line and exit status 2, before anything is joined or started."""
     env = {**os.environ, "W": str(tmp_path / "w"), "B": str(tmp_path / "b"),
            "Q": str(tmp_path / "q")}
 
@@ -348,11 +349,13 @@ def test_qwen_only_keeps_the_named_runs_and_refuses_a_name_of_no_pair(tmp_path):
     assert runs == ["difficulty_qwen_seed0"]
     done, runs = qwen_runs("", "settings")
     assert runs == ["random_qwen_seed0", "difficulty_qwen_seed0"]
+    done, runs = qwen_runs("bots_qwen_seed0 random_qwen_seed0", "settings")
+    assert runs == ["bots_qwen_seed0", "random_qwen_seed0"]
     done, _ = qwen_runs("difficulty_qwen_seed1", "qwen", "0")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "QWEN_ONLY: difficulty_qwen_seed1 is not a run of qwen 0 "
-        "(random_qwen_seed0 difficulty_qwen_seed0)"]
+        "(random_qwen_seed0 difficulty_qwen_seed0 bots_qwen_seed0)"]
     assert not (tmp_path / "w").exists()
 
 
@@ -373,7 +376,7 @@ def test_qwen_refuses_a_pair_on_a_gpu_too_small_for_two(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "qwen: a pair needs about 113 GiB of GPU memory and this GPU has 81559 MiB; set "
-        "QWEN_ONLY to one of random_qwen_seed0 difficulty_qwen_seed0"]
+        "QWEN_ONLY to one of random_qwen_seed0 difficulty_qwen_seed0 bots_qwen_seed0"]
     assert not (tmp_path / "w").exists()
 
 
@@ -407,7 +410,8 @@ def test_the_run_steps_settings_load_through_trinity(tmp_path):
     configs = {"experiment": ["config_random_arithmetic.yaml", "config_difficulty_arithmetic.yaml"],
                "pilot_seq32_lr1e6": ["config_random_qwen.yaml"],
                "pilot_async16_lr5e6": ["config_random_qwen.yaml"],
-               "qwen": ["config_random_qwen.yaml", "config_difficulty_qwen.yaml"]}
+               "qwen": ["config_random_qwen.yaml", "config_difficulty_qwen.yaml",
+                        "config_bots_qwen.yaml"]}
     steps["qwen"] = []   # the configs as they are
     for step, names in configs.items():
         for name in names:

@@ -17,7 +17,8 @@
 #                                                    the seed (the random run also QWEN_LEVER),
 #                                                    on the joined Qwen model file; QWEN_ONLY=NAME
 #                                                    starts only the named runs (a stretch too
-#                                                    short for a pair)
+#                                                    short for a pair), and can name the third
+#                                                    arm, bots_qwen_seedN (config_bots_qwen.yaml)
 #   bash scripts/gpu/trinity_h200.sh start RUN...    install the bundle; export the model while
 #                                                    each RUN's Ray head starts; then per RUN a
 #                                                    detached `train`
@@ -133,17 +134,26 @@ run_env() {
   fi
 }
 
-# qwen_pair SEED...: `pairs` for the Qwen experiment, the random runs with QWEN_LEVER; with
-# QWEN_ONLY (run names), only those runs (each must be one of the pairs')
+# qwen_pair SEED...: `pairs` for the Qwen experiment, the random runs with QWEN_LEVER; per SEED
+# the third arm too (bots_qwen_seedN: configs/config_bots_qwen.yaml with the seed) in `arms`,
+# started only when QWEN_ONLY names it; with QWEN_ONLY (run names), only those runs (each must
+# be one of the pairs' or the arms')
 qwen_pair() {
   local seed own name spec found keep=()
   pairs _qwen qwen "$@"
-  for seed in "$@"; do own="ARGS_random_qwen_seed$seed"; export "$own=${!own} $QWEN_LEVER"; done
+  arms=()
+  for seed in "$@"; do
+    own="ARGS_random_qwen_seed$seed"; export "$own=${!own} $QWEN_LEVER"
+    export "ARGS_bots_qwen_seed$seed=$(seed_args "$seed")"
+    arms+=("bots_qwen_seed$seed=configs/config_bots_qwen.yaml")
+  done
   [ -n "${QWEN_ONLY:-}" ] || return 0
   for name in $QWEN_ONLY; do
     found=""
-    for spec in "${specs[@]}"; do [ "${spec%%=*}" = "$name" ] && keep+=("$spec") && found=1; done
-    [ -n "$found" ] || { echo "QWEN_ONLY: $name is not a run of qwen $* (${specs[*]%%=*})" >&2; exit 2; }
+    for spec in "${specs[@]}" "${arms[@]}"; do
+      [ "${spec%%=*}" = "$name" ] && keep+=("$spec") && found=1
+    done
+    [ -n "$found" ] || { echo "QWEN_ONLY: $name is not a run of qwen $* (${specs[*]%%=*} ${arms[*]%%=*})" >&2; exit 2; }
   done
   specs=("${keep[@]}")
 }
@@ -182,7 +192,7 @@ qwen)
   # on a smaller GPU (an H100's ~80 GiB) only one run at a time
   gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 || true)
   if [ "${#specs[@]}" -gt 1 ] && [[ "$gpu_mib" =~ ^[0-9]+$ ]] && [ "$gpu_mib" -lt "${QWEN_PAIR_MIB:-120000}" ]; then
-    echo "qwen: a pair needs about 113 GiB of GPU memory and this GPU has $gpu_mib MiB; set QWEN_ONLY to one of ${specs[*]%%=*}" >&2
+    echo "qwen: a pair needs about 113 GiB of GPU memory and this GPU has $gpu_mib MiB; set QWEN_ONLY to one of ${specs[*]%%=*} ${arms[*]%%=*}" >&2
     exit 2
   fi
   mkdir -p "$W"; join_model "$W/qwen.gguf"

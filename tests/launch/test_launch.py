@@ -101,7 +101,8 @@ PAIRS = [("config_random.yaml", "config_difficulty.yaml"),
          ("config_random_arithmetic.yaml", "config_difficulty_arithmetic.yaml"),
          ("config_random_arithmetic.yaml", "config_bots_arithmetic.yaml"),
          ("config_random_x8_arithmetic.yaml", "config_difficulty_x8_arithmetic.yaml"),
-         ("config_random_qwen.yaml", "config_difficulty_qwen.yaml")]
+         ("config_random_qwen.yaml", "config_difficulty_qwen.yaml"),
+         ("config_random_qwen.yaml", "config_bots_qwen.yaml")]
 
 
 def test_the_expected_configs_exist():
@@ -575,8 +576,33 @@ def test_dry_run_passes_for_small_variants(name, ray_head, data, capsys):
         assert "Difference from config_random_arithmetic.yaml" in out
 
 
+def test_the_qwen_third_arm_is_difficulty_based_with_the_package_selector_at_target_half():
+    """config_bots_qwen.yaml is config_difficulty_qwen.yaml with the package's BOTSSelector and
+    target_reward 0.5 (and a run name of its own): every other setting of the experiment the
+    same, its feedback operator included."""
+    import yaml
+
+    bots, diff = (yaml.safe_load((CONFIGS / name).read_text())
+                  for name in ("config_bots_qwen.yaml", "config_difficulty_qwen.yaml"))
+
+    def selector(config):
+        return config["buffer"]["explorer_input"]["taskset"]["data_selector"]
+
+    assert (selector(bots)["selector_type"], selector(bots)["kwargs"]["target_reward"]) == (
+        "mathagent.selectors.BOTSSelector", 0.5)
+    assert (selector(diff)["selector_type"], selector(diff)["kwargs"]["target_reward"]) == (
+        "difficulty_based", 0.8)
+    assert (bots["name"], diff["name"]) == ("BOTS-Selector-Qwen", "Difficulty-Based-Selector-Qwen")
+    for config in (bots, diff):
+        config.pop("name")
+        selector(config).pop("selector_type")
+        selector(config)["kwargs"].pop("target_reward")
+    assert bots == diff
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["config_random_qwen.yaml", "config_difficulty_qwen.yaml"])
+@pytest.mark.parametrize("name", ["config_random_qwen.yaml", "config_difficulty_qwen.yaml",
+                                  "config_bots_qwen.yaml"])
 def test_dry_run_passes_for_the_qwen_configs(name, ray_head, tmp_path, monkeypatch, capsys):
     """The Qwen policy's pair on the committed Qwen taskset (its two measured feature columns)
     and the agent offered no tools, in both tasksets Trinity is given."""
@@ -590,9 +616,11 @@ def test_dry_run_passes_for_the_qwen_configs(name, ray_head, tmp_path, monkeypat
     assert rc == 0, out
     assert "Trinity's Config.check_and_update() passes" in out
     assert f"ok    model {model}: local Hugging Face folder" in out
-    if "difficulty" in name:
+    if "random" not in name:
         assert ("4400 tasks, feature columns ['qwen_short_pass_rate', 'qwen_bare_pass_rate'] "
                 "complete and in [0, 1]") in out
+    if "bots" in name:
+        assert "resolves to mathagent.selectors.BOTSSelector" in out
     resolved = out.split("Resolved config")[1].split("Difference from")[0]
     assert resolved.count("meta_tool: false") == 2  # the training and the eval taskset
     assert "judge_func: mathagent.judge.gsm8k_judge" in resolved
