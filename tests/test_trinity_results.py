@@ -1880,6 +1880,25 @@ def _assert_step_time(flat: str, run: Path) -> pd.Series:
     return phases
 
 
+def _assert_stretch_at_once(flat: str, stretch: int, first: int, second: int) -> float:
+    """The experiment README's device time of a stretch whose H100 came at once: the 17 part
+    calls, the long call back at step ``first``, a ``wait`` at step ``second``, a second with
+    the run whole, the machine given back; returns the run's minutes from the machine's start."""
+    calls = pd.read_csv(QWEN_EXPERIMENT / "device_time.csv").query(f"stretch == {stretch}")
+    after = calls["device_s_after"].tolist()
+    assert calls["calls"].sum() == 21 and calls.iloc[-1]["what"] == "given back"
+    assert after == sorted(after) and (calls["card"] == "NVIDIA H100 80GB HBM3").all()
+    assert calls.iloc[1]["calls"] == 17
+    for said in (f"An H100 came at once ({after[0]:.1f} s of device time)",
+                 f"the 17 part calls took the total to {after[1]:.1f} s",
+                 f"returned at {after[2]:.1f} s at step {first}, a `wait` call at "
+                 f"{after[3]:.1f} s at step {second}", f"back whole at {after[4]:.1f} s: "
+                 f"**{after[4] / 60:.1f} minutes** from the machine's start",
+                 f"Given back at {after[5]:.1f} s, with {(1800 - after[5]) / 60:.1f} minutes left"):
+        assert said in flat, said
+    return after[4] / 60
+
+
 def test_the_experiments_fifth_stretch_is_what_its_calls_run_and_tables_hold():
     """Stretch 5 of the experiment: the device time of its calls (a machine lost, a second one
     that made the run whole), and what ``difficulty_seed0`` holds: held-out accuracy beside
@@ -2139,19 +2158,7 @@ def test_the_experiments_seventh_stretch_is_what_its_calls_run_and_tables_hold()
     start-up; the top README says the same."""
     flat = _flat(QWEN_EXPERIMENT)
     top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
-    calls = pd.read_csv(QWEN_EXPERIMENT / "device_time.csv").query("stretch == 7")
-    after = calls["device_s_after"].tolist()
-    assert calls["calls"].sum() == 21 and calls.iloc[-1]["what"] == "given back"
-    assert after == sorted(after) and (calls["card"] == "NVIDIA H100 80GB HBM3").all()
-    assert calls.iloc[1]["calls"] == 17
-    for said in (f"An H100 came at once ({after[0]:.1f} s of device time)",
-                 f"the 17 part calls took the total to {after[1]:.1f} s",
-                 f"returned at {after[2]:.1f} s at step 4, a `wait` call at {after[3]:.1f} s at "
-                 "step 14", f"back whole at {after[4]:.1f} s: **{after[4] / 60:.1f} minutes** "
-                 "from the machine's start", f"Given back at {after[5]:.1f} s, with "
-                 f"{(1800 - after[5]) / 60:.1f} minutes left"):
-        assert said in flat, said
-    whole = after[4] / 60
+    whole = _assert_stretch_at_once(flat, 7, 4, 14)
     assert f", {whole:.1f} (`difficulty_seed2`, compiling anew on a slower H100) and" in flat
     run = QWEN_EXPERIMENT / "difficulty_seed2"
     follow = (QWEN_EXPERIMENT / "follow_stretch7.log").read_text()
@@ -2274,19 +2281,7 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
     README and the top README say the same."""
     flat = _flat(QWEN_EXPERIMENT)
     top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
-    calls = pd.read_csv(QWEN_EXPERIMENT / "device_time.csv").query("stretch == 8")
-    after = calls["device_s_after"].tolist()
-    assert calls["calls"].sum() == 21 and calls.iloc[-1]["what"] == "given back"
-    assert after == sorted(after) and (calls["card"] == "NVIDIA H100 80GB HBM3").all()
-    assert calls.iloc[1]["calls"] == 17
-    for said in (f"An H100 came at once ({after[0]:.1f} s of device time)",
-                 f"the 17 part calls took the total to {after[1]:.1f} s",
-                 f"returned at {after[2]:.1f} s at step 3, a `wait` call at {after[3]:.1f} s at "
-                 "step 10", f"back whole at {after[4]:.1f} s: **{after[4] / 60:.1f} minutes** "
-                 "from the machine's start", f"Given back at {after[5]:.1f} s, with "
-                 f"{(1800 - after[5]) / 60:.1f} minutes left"):
-        assert said in flat, said
-    whole = after[4] / 60
+    whole = _assert_stretch_at_once(flat, 8, 3, 10)
     assert f"and {whole:.1f} (`random_seed2`, from a compile cache on a slower H100)" in flat
     run = QWEN_EXPERIMENT / "random_seed2"
     follow, ours = _assert_unfinished_run_start(flat, 8, run)
