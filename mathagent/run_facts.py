@@ -14,10 +14,10 @@ in the table. What is read:
 * a ``train-local`` run's ``samples.jsonl`` (:func:`saved_replies`, :func:`replies_report`):
   the replies it kept of its first and last steps, so a shortcut the numbers suggest can be read,
   and (:func:`batch_levels`) the levels of the tasks those steps drew;
-* an experiment's results folder (:func:`experiment_progress`, :func:`paired_evaluations`):
-  which planned runs exist, and a seed's two selectors side by side at each evaluation, the
-  difference against a bound on the evaluations' standard error (each run's event files give
-  its task count).
+* an experiment's results folder (:func:`experiment_progress`, :func:`paired_evaluations`,
+  :func:`device_time`): which planned runs exist, a seed's two selectors side by side at each
+  evaluation, the difference against a bound on the evaluations' standard error (each run's
+  event files give its task count), and the GPU time each stretch took.
 
 Bad input is one :class:`~mathagent.results.RunError` naming the file and what is missing.
 """
@@ -304,6 +304,46 @@ def experiment_progress(folder: str | Path, configs: Mapping[str, str | Path],
     held = sorted((c for c in out.columns if c.startswith("held-out")),
                   key=lambda c: int(c.rsplit(" ", 1)[1]))
     return out[["selector", "seed", "last step explored", *held]].fillna("-")
+
+
+#: Columns of a results folder's ``device_time.csv``: one row per call (or batch of calls) of a
+#: stretch of GPU time, with the device seconds the stretch had used when it returned.
+DEVICE_TIME_COLUMNS = ("stretch", "date", "card", "calls", "what", "for", "wall_s",
+                       "device_s_after")
+
+
+def device_time(folder: str | Path) -> pd.DataFrame:
+    """GPU time per stretch, from ``folder``'s ``device_time.csv``: the stretch's date, its calls,
+    how many of them found no machine (``card`` ``-``), the machines that came (a card per
+    ``machine start`` row, ``H100 x2`` for two), its device minutes (the total when its last
+    call returned) and what the calls were for, in order; a last row, ``all``, sums the calls
+    and the minutes. Refused in one line: no file, a column missing, a stretch whose totals go
+    down."""
+    file = Path(folder) / "device_time.csv"
+    table = _read_csv(file, index_col=None)
+    missing = [c for c in DEVICE_TIME_COLUMNS if c not in table.columns]
+    if missing:
+        raise RunError(f"{file}: no column {', '.join(missing)}")
+    rows = []
+    for stretch, calls in table.groupby("stretch", sort=True):
+        after = calls["device_s_after"].tolist()
+        if after != sorted(after):
+            raise RunError(f"{file}: stretch {stretch}'s device_s_after goes down")
+        started = calls[calls["what"].str.startswith("machine start")]["card"]
+        cards = started.str.extract(r"(H\d00)")[0].fillna(started).value_counts(sort=False)
+        rows.append({"stretch": str(stretch), "date": calls["date"].iloc[0],
+                     "calls": int(calls["calls"].sum()),
+                     "without a machine": int(calls.loc[calls["card"] == "-", "calls"].sum()),
+                     "machines": ", ".join(c if n == 1 else f"{c} x{n}" for c, n in cards.items())
+                     or "-",
+                     "device minutes": round(after[-1] / 60, 1),
+                     "for": ", ".join(dict.fromkeys(f for f in calls["for"] if f != "-"))})
+    out = pd.DataFrame(rows)
+    total = {"stretch": "all", "date": "", "calls": int(out["calls"].sum()),
+             "without a machine": int(out["without a machine"].sum()), "machines": "",
+             "device minutes": round(sum(table.groupby("stretch")["device_s_after"].max()) / 60,
+                                     1), "for": ""}
+    return pd.concat([out, pd.DataFrame([total])], ignore_index=True)
 
 
 def paired_evaluations(folder: str | Path, studied: str = "difficulty_based",

@@ -2489,6 +2489,18 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
             f" three seeds a selector can tell a difference of about {2 * ours_v['se']:.2f} from "
             "the "
             "seeds' noise at two standard errors") in flat
+    # GPU time per stretch: the README's table is run_facts.device_time's
+    per_stretch = run_facts.device_time(QWEN_EXPERIMENT)
+    rows = _table_rows((QWEN_EXPERIMENT / "README.md").read_text(), len(per_stretch.columns))
+    for _, row in per_stretch.iterrows():
+        said = rows[row["stretch"]]
+        assert said[:4] == [str(row["date"]), str(row["calls"]), str(row["without a machine"]),
+                            row["machines"]]
+        assert said[4] == f"{row['device minutes']:.1f}"
+        assert said[5].replace("`", "") == row["for"]
+    total = per_stretch.iloc[-1]
+    assert (f"took {total['device minutes']:.1f} device minutes in {total['calls']} calls; "
+            f"{total['without a machine']} of the calls found no machine") in flat
     # the top README
     assert (f"At step 16 `difficulty_based` is ahead by {ours_v['vs_random']:.3f}, "
             f"{ours_v['z']:.1f} standard errors over seeds: the selectors cannot be told apart, "

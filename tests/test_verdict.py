@@ -286,6 +286,53 @@ def _evaluated_run(folder, name: str, selector: str, seed: int, evals: dict) -> 
                                                  "eval_taskset": "arith"}))
 
 
+def _device_time_csv(folder, rows):
+    folder.mkdir(exist_ok=True)
+    pd.DataFrame(rows, columns=list(run_facts.DEVICE_TIME_COLUMNS)).to_csv(
+        folder / "device_time.csv", index=False)
+    return folder
+
+
+def test_device_time_gives_each_stretch_its_calls_machines_and_minutes(tmp_path):
+    """Per stretch: the calls, those without a machine, the machines that came (one per
+    ``machine start``), the device minutes when its last call returned, what it was for; a last
+    row sums calls and minutes over the stretches."""
+    folder = _device_time_csv(tmp_path / "r", [
+        (1, "2026-12-05", "-", 2, "no machine could be started", "a_seed0", 0.0, 181.0),
+        (1, "2026-12-05", "NVIDIA H200", 1, "machine start; bundle part00", "a_seed0", 0.4, 210.0),
+        (1, "2026-12-05", "-", 1, "no machine could be started", "b_seed0", 0.0, 300.0),
+        (1, "2026-12-05", "NVIDIA H100 80GB HBM3", 1, "machine start; bundle part00", "b_seed0",
+         0.3, 330.0),
+        (1, "2026-12-05", "NVIDIA H100 80GB HBM3", 3, "parts; set-up; train", "b_seed0", 600.0,
+         1500.0),
+        (1, "2026-12-05", "NVIDIA H100 80GB HBM3", 0, "given back", "-", 0.0, 1503.0),
+        (2, "2026-12-06", "NVIDIA H100 80GB HBM3", 1, "machine start; bundle part00", "c_seed1",
+         0.3, 30.0),
+        (2, "2026-12-06", "NVIDIA H100 80GB HBM3", 1, "machine start; bundle part00", "c_seed1",
+         0.3, 90.0),
+        (2, "2026-12-06", "NVIDIA H100 80GB HBM3", 0, "given back", "-", 0.0, 120.0)])
+    table = run_facts.device_time(folder)
+    assert table["stretch"].tolist() == ["1", "2", "all"]
+    assert table["calls"].tolist() == [8, 2, 10]
+    assert table["without a machine"].tolist() == [3, 0, 3]
+    assert table["machines"].tolist() == ["H200, H100", "H100 x2", ""]
+    assert table["device minutes"].tolist() == [25.1, 2.0, 27.1]
+    assert table["for"].tolist() == ["a_seed0, b_seed0", "c_seed1", ""]
+
+
+def test_device_time_refuses_a_missing_file_column_or_a_total_that_goes_down(tmp_path):
+    with pytest.raises(results.RunError, match="device_time.csv: no such file"):
+        run_facts.device_time(tmp_path)
+    (tmp_path / "device_time.csv").write_text("stretch,date,calls\n1,2026-12-05,1\n")
+    with pytest.raises(results.RunError, match="device_time.csv: no column card, what, for, "
+                                               "wall_s, device_s_after"):
+        run_facts.device_time(tmp_path)
+    _device_time_csv(tmp_path, [(3, "d", "-", 1, "no machine", "x", 0.0, 181.0),
+                                (3, "d", "-", 1, "no machine", "x", 0.0, 90.0)])
+    with pytest.raises(results.RunError, match="stretch 3's device_s_after goes down"):
+        run_facts.device_time(tmp_path)
+
+
 def test_paired_evaluations_put_a_seeds_two_runs_side_by_side(tmp_path):
     """Per seed with both selectors, per evaluation both made: the accuracies, the difference,
     the bound on its evaluation error from each run's own task count, and z. A seed with one
