@@ -186,6 +186,7 @@ def plot_training_curves(table: pd.DataFrame, selectors: Sequence[str] | None = 
         for handle, label in zip(*right.get_legend_handles_labels(), strict=True):
             if label.startswith(START_LABEL):
                 handles, labels = [*handles, handle], [*labels, label]
+    labels = _seed_labels(table[table["selector"].isin(names)], labels)
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
                frameon=False)
     seeds = table[table["selector"].isin(names)].groupby("selector")["seed"].nunique()
@@ -198,6 +199,18 @@ def plot_training_curves(table: pd.DataFrame, selectors: Sequence[str] | None = 
 
 #: The legend's name of a start measured once for all runs (step-0 evaluations of others).
 START_LABEL = "start: step-0 evaluation"
+
+
+def _seed_labels(table: pd.DataFrame, labels: Sequence[str]) -> list[str]:
+    """The legend's selector names with each one's number of seeds where the selectors do not
+    all have as many (a mean line over three seeds beside a single run); other labels as
+    they are."""
+    seeds = table.groupby("selector")["seed"].nunique()
+    shown = [seeds[name] for name in labels if name in seeds.index]
+    if len(set(shown)) <= 1:
+        return list(labels)
+    return [f"{name} ({seeds[name]} seed{'s' if seeds[name] > 1 else ''})"
+            if name in seeds.index else name for name in labels]
 
 
 def _draw_start(ax, table: pd.DataFrame, names: Sequence[str], colors: dict, start) -> None:
@@ -227,6 +240,7 @@ def plot_panels(table: pd.DataFrame, panels: Sequence[tuple[str, str, int]],
                     styles=styles)
         ax.set_title(label)
     handles, labels = axes[0][0].get_legend_handles_labels()
+    labels = _seed_labels(table[table["selector"].isin(names)], labels)
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
                frameon=False)
     if title:

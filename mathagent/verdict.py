@@ -144,10 +144,12 @@ def _reading(name: str, other: str, z: float) -> str:
 
 def who_won(evidence: Sequence[Evidence], baseline: str = BASELINE,
             studied: str = STUDIED) -> pd.DataFrame:
-    """Per source: scale, the best selector by final held-out accuracy and its margin over the
-    runner-up, and ``studied``'s margin over ``baseline``, each in standard errors over
-    seeds, with a reading (clear at :data:`CLEAR` standard errors or more; the two selectors'
-    numbers of seeds where they differ). ``seeds``: the distinct seeds of all selectors."""
+    """Per source: scale, the best selector by final held-out accuracy, how many seeds it
+    stands on (``best_seeds``) and its margin over the runner-up, and ``studied``'s margin over
+    ``baseline``, each in standard errors over seeds, with a reading (clear at :data:`CLEAR`
+    standard errors or more; the two selectors' numbers of seeds where they differ).
+    ``seeds``: the distinct seeds of all selectors. A best selector of one seed has no
+    standard error: its margin is NaN, and ``best_seeds`` says why."""
     rows = []
     for ev in evidence:
         try:
@@ -158,16 +160,17 @@ def who_won(evidence: Sequence[Evidence], baseline: str = BASELINE,
         means = ps.groupby("selector", sort=False)["eval_final"].mean().sort_values(
             ascending=False, kind="stable")
         best, runner_up = means.index[0], means.index[1] if len(means) > 1 else None
+        counts = ps.groupby("selector")["seed"].nunique()
         row = {"source": ev.source, "batch": f"{ev.tasks} x {ev.replies}", "steps": budget,
                "seeds": int(ps["seed"].nunique()), "best": best,
-               "best_eval_final": float(means.iloc[0]), "runner_up": runner_up}
+               "best_seeds": int(counts[best]), "best_eval_final": float(means.iloc[0]),
+               "runner_up": runner_up}
         if runner_up is not None:
             row["best_vs_runner_up_z"] = metrics.difference(ps, best, runner_up)["z"]
         if {studied, baseline} <= set(means.index):
             z = metrics.difference(ps, studied, baseline)["z"]
             row[f"{studied}_vs_{baseline}_z"] = z
             row["reading"] = _reading(studied, baseline, z)
-            counts = ps.groupby("selector")["seed"].nunique()
             if counts[studied] != counts[baseline]:   # an experiment under way
                 row["reading"] += f" ({counts[studied]} seeds against {counts[baseline]})"
         else:   # the baseline is there (per_seed needs it): the studied selector is not yet

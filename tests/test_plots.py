@@ -188,3 +188,10 @@ def test_panels_share_one_legend_and_take_line_styles():
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["random", "bots"]
     for ax in fig.axes:
         assert [ln.get_linestyle() for ln in ax.lines] == ["-", ":"]
+    # a selector with fewer seeds than another: each legend entry says how many
+    fewer = t[(t["selector"] == "random") | (t["seed"] == t["seed"].min())]
+    assert fewer.groupby("selector")["seed"].nunique().to_dict() == {"bots": 1, "random": 3}
+    for fig in (plots.plot_panels(fewer, [("rollout_accuracy", "rollout", 1)]),
+                plots.plot_training_curves(fewer, smooth=1)):
+        assert [t.get_text() for t in fig.legends[0].get_texts()] == ["random (3 seeds)",
+                                                                       "bots (1 seed)"]

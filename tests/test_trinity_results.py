@@ -1235,7 +1235,8 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
     flat = _flat(QWEN_EXPERIMENT)
     configs = {"random": paths.CONFIGS_DIR / "config_random_qwen.yaml",
                "difficulty_based": paths.CONFIGS_DIR / "config_difficulty_qwen.yaml"}
-    progress = run_facts.experiment_progress(QWEN_EXPERIMENT, configs, (0, 1, 2))
+    progress = run_facts.experiment_progress(QWEN_EXPERIMENT, paths.QWEN_EXPERIMENT_CONFIGS,
+                                             paths.QWEN_EXPERIMENT_SEEDS)
     made = progress[~progress["last step explored"].str.startswith("not run yet")]
     assert len(made) >= 1 and (made["last step explored"] == "16 of 16").all()
     assert readme.splitlines()[0].endswith(f"({len(made)} of {len(progress)} runs)")
@@ -1362,8 +1363,8 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
     top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
     final = [results.read_run(QWEN_EXPERIMENT / f"random_seed{s}").set_index("step")[
         "eval_accuracy"][16] for s in (0, 1, 2)]
-    assert len(made) == 6
-    assert (f"has all six runs: random, seeds 0, 1 and 2, from {start.lo:.3f}-{start.hi:.3f} to "
+    assert len(made) == 7
+    assert (f"has all six runs of the two selectors: random, seeds 0, 1 and 2, from {start.lo:.3f}-{start.hi:.3f} to "
             f"{final[0]:.3f}, {final[1]:.3f} and {final[2]:.3f} held out") in top
     assert (f"took {end / 60:.1f} minutes of device time (step 1 at {startup['step 1 starts']:.2f}"
             f" minutes after `train` with its own vLLM compile cache, "
@@ -1880,6 +1881,15 @@ def _assert_step_time(flat: str, run: Path) -> pd.Series:
     return phases
 
 
+#: The third arm's runs (stretch 9 on): the stretches before it speak of the two selectors.
+THIRD_ARM = "bots"
+
+
+def _two_selectors(ev: verdict.Evidence) -> verdict.Evidence:
+    """The experiment's evidence without the third arm: the verdict as it stood before it."""
+    return dataclasses.replace(ev, table=ev.table[ev.table["selector"] != THIRD_ARM])
+
+
 def _assert_stretch_at_once(flat: str, stretch: int, first: int, second: int) -> float:
     """The experiment README's device time of a stretch whose H100 came at once: the 17 part
     calls, the long call back at step ``first``, a ``wait`` at step ``second``, a second with
@@ -2068,7 +2078,7 @@ def test_the_experiments_sixth_stretch_is_what_its_calls_run_and_tables_hold():
             f"**{pair.at[16, 'difference']} at step 16** ({abs(z16):.1f} times "
             f"{pair.at[16, 'evaluation SE, at most']})") in flat
     # the verdict as it stood with seeds 0 and 1 of each selector
-    ev = verdict.gather({"qwen": QWEN_EXPERIMENT})[0]
+    ev = _two_selectors(verdict.gather({"qwen": QWEN_EXPERIMENT})[0])
     both = dataclasses.replace(ev, table=ev.table[ev.table["seed"].isin([0, 1])])
     table = verdict.evidence_table([both]).set_index("selector")
     assert table["seeds"].tolist() == [2, 2] and (table["eval_step"] == 16).all()
@@ -2185,7 +2195,7 @@ def test_the_experiments_seventh_stretch_is_what_its_calls_run_and_tables_hold()
     gap = mine[8] - cut[8]
     assert (f"held {cut[8]:.3f} at step 8, {gap:.3f} below this run, {gap / bound:.1f} times the "
             f"bound on the difference of two evaluations ({bound:.4f})") in flat
-    ev = verdict.gather({"qwen": QWEN_EXPERIMENT})[0]
+    ev = _two_selectors(verdict.gather({"qwen": QWEN_EXPERIMENT})[0])
     then = ev.table[(ev.table["selector"] != "random") | (ev.table["seed"] != 2)]
     table = verdict.evidence_table([dataclasses.replace(ev, table=then)]).set_index("selector")
     assert table.loc["difficulty_based", "seeds"] == 3 and table.loc["random", "seeds"] == 2
@@ -2228,7 +2238,7 @@ def test_the_experiments_seventh_stretch_is_what_its_calls_run_and_tables_hold()
     phases = _assert_step_time(flat, run)
     # beside the four runs that existed then (random's seed 2, slower still, came in stretch 8)
     others = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0).drop(
-        columns=[run.name, "random_seed2"])
+        columns=[run.name, "random_seed2", "bots_seed0"])
     same = others[["difficulty_seed0", "difficulty_seed1"]]
     assert (phases > same.max(axis=1)).all()
     step = same.loc["whole step (log: one explore start to the next)"]
@@ -2247,7 +2257,7 @@ def test_the_experiments_seventh_stretch_is_what_its_calls_run_and_tables_hold()
     assert all(b == "seed: 2" or b.startswith("ray_address") for _, b in differ)
     assert ("Its `launched_config.yaml` differs from `difficulty_seed1`'s in the seed and the Ray "
             "address only") in flat
-    rest = start.drop(columns=[run.name, "random_seed2"])
+    rest = start.drop(columns=[run.name, "random_seed2", "bots_seed0"])
     loaded, passed = "`train`: config loaded", "`train`: preflight passed"
     assert rest.loc[loaded].nunique() == 1 and ours[loaded] > rest.loc[loaded].max()
     assert (f"config loaded at {ours[loaded]:.2f} minutes ({rest.loc[loaded].max():.2f} in the "
@@ -2288,7 +2298,8 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
     assert "random_qwen_seed2: vLLM starts from the carried compile cache" in follow
     assert "random_qwen_seed2: Explore step 3\n[06:35:19] 1 run(s)" in follow
     assert "random_qwen_seed2: Training at step 10 finished\n[06:43:02] 1 run(s)" in follow
-    start = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)
+    # the six runs of its day (the third arm's first came in stretch 9)
+    start = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0).drop(columns="bots_seed0")
     ends = start.loc["train command ends"]
     assert ends.idxmax() == run.name and ends.drop(run.name).max() < ends[run.name]
     # held-out accuracy: the pair of seed 2 and the cut run of this seed
@@ -2328,8 +2339,8 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
             f"the start {kl8:.3f} here, {cut['kl_loss'][8]:.3f} there)") in flat
     assert kl8 > cut["kl_loss"][8]
     # the verdict over all six runs
-    table = verdict.evidence_table(verdict.gather({"qwen": QWEN_EXPERIMENT})) \
-        .set_index("selector")
+    table = verdict.evidence_table([_two_selectors(verdict.gather(
+        {"qwen": QWEN_EXPERIMENT})[0])]).set_index("selector")
     assert (table["seeds"] == 3).all() and (table["eval_step"] == 16).all()
     ours_v, base = table.loc["difficulty_based"], table.loc["random"]
     assert abs(ours_v["z"]) < 2
@@ -2343,7 +2354,7 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
     per_seed = pd.read_csv(QWEN_EXPERIMENT / "per_seed.csv").set_index(["selector", "seed"])
     assert per_seed[["ttb", "bsf"]].drop(("difficulty_based", 0)).notna().all().all()
     # the opening paragraph
-    assert "(6 of 6 runs)" in flat and "**All six runs exist:" in flat
+    assert "**All six runs of the two selectors exist:" in flat
     assert (f"held-out accuracy {ours_v['eval_final']:.3f} for `difficulty_based` and "
             f"{base['eval_final']:.3f} for `random` (means over three seeds), "
             f"{ours_v['vs_random']:+.3f}, {ours_v['z']:.1f} standard errors over seeds") in flat
@@ -2438,7 +2449,7 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
     # step time on a slower machine: every phase, and the start on its CPUs
     phases = _assert_step_time(flat, run)
     others = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0).drop(
-        columns=run.name)
+        columns=[run.name, "bots_seed0"])
     assert (phases > others.max(axis=1)).all()
     step = others.loc["whole step (log: one explore start to the next)"]
     assert f"(median steps {step.min():.1f}-{step.max():.1f} s)" in flat
@@ -2514,3 +2525,171 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
             "lowest of the six") in top
     assert (f"Random's seeds span {np.ptp(finals['random']):.3f} at step 16, so three seeds a "
             f"selector can show a difference of about {2 * ours_v['se']:.2f} there") in top
+
+
+def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
+    """Stretch 9: the device time of its calls, and what ``bots_seed0`` holds: the package's
+    selector in Trinity's run, the levels its batches drew, its held-out accuracy beside its
+    seed's two other runs and the cut run, the verdict's one-seed row, the batches, the
+    effective task ratio, the replies, the step split, the memory and the start-up; the opening
+    paragraph and the top README say the same."""
+    flat = _flat(QWEN_EXPERIMENT)
+    top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
+    whole = _assert_stretch_at_once(flat, 9, 4, 12)
+    assert f"the third arm's first, {whole:.1f} (`bots_seed0`, compiling anew)" in flat
+    run = QWEN_EXPERIMENT / "bots_seed0"
+    follow, ours = _assert_unfinished_run_start(flat, 9, run)
+    assert "bots_qwen_seed0: Explore step 4\n[07:44:17] 1 run(s)" in follow
+    assert "bots_qwen_seed0: Explore step 12\n[07:52:00] 1 run(s)" in follow
+    assert "vllm_cache_bots_qwen_seed0.tgz" in follow and "carried compile cache" not in follow
+    # the selector: the package's, loaded by Trinity, fed by pass_rate_calculator every step
+    params = json.loads((run / "params.json").read_text())
+    assert params["selector"] == "mathagent.selectors.BOTSSelector"
+    configs = [(QWEN_EXPERIMENT / name / "launched_config.yaml").read_text()
+               .replace("_seed0", "_seed").splitlines()
+               for name in ("difficulty_seed0", run.name)]
+    differ = [(a.strip(), b.strip()) for a, b in zip(*configs, strict=True) if a != b]
+    assert sorted(b.split(":")[0] for _, b in differ) == [
+        "checkpoint_root_dir", "name", "ray_address", "selector_type", "target_reward"]
+    assert ("selector_type: mathagent.selectors.BOTSSelector" in dict(differ).values()
+            and "target_reward: 0.5" in dict(differ).values())
+    assert ("differs from `difficulty_seed0`'s in those two, the run's name and checkpoint folder "
+            "and the Ray address only") in flat
+    etr = _trinity_etr(run)
+    # the levels of its batches: a random draw at step 1, between the other two by step 16
+    levels = _experiment_levels()
+    one, last = levels.loc[(run.name, 1)], levels.loc[(run.name, 16)]
+    firsts = [levels.loc[(f"random_seed{s}", 1), "mean qwen_bare_pass_rate"] for s in (0, 1, 2)]
+    lasts = {sel: [levels.loc[(f"{sel}_seed{s}", 16)] for s in (0, 1, 2)]
+             for sel in ("difficulty", "random")}
+
+    def spans(rows, col, fmt):
+        return f"{fmt(min(r[col] for r in rows))}-{fmt(max(r[col] for r in rows))}"
+
+    level = "mean difficulty"
+    rate = "mean qwen_bare_pass_rate"
+    pct = lambda v: f"{v * 100:.0f}"   # noqa: E731
+    assert (f"its 16 tasks have a mean level of {one[level]:.2f} (levels "
+            f"{one['difficulty range']}), tasks the base policy solved {_pct(one)} of the time "
+            f"(the `random` runs' step 1: {pct(min(firsts))}-{pct(max(firsts))} %). By step 16 "
+            f"the selector served tasks of mean level {last[level]:.2f} (levels "
+            f"{last['difficulty range']}), {_pct(last)}: harder than `difficulty_based`'s step "
+            f"16 at `target_reward` 0.8 ({spans(lasts['difficulty'], level, '{:.2f}'.format)}, "
+            f"{spans(lasts['difficulty'], rate, pct)} %), easier than `random`'s "
+            f"({spans(lasts['random'], level, '{:.2f}'.format)}, "
+            f"{spans(lasts['random'], rate, pct)} %)") in flat
+    assert max(r[level] for r in lasts["difficulty"]) < last[level] < min(
+        r[level] for r in lasts["random"])
+    # held-out accuracy: the highest of the seven, beside its seed's two other runs
+    accuracy = {p.name: results.read_run(p).dropna(subset=["eval_accuracy"]).set_index("step")[
+        "eval_accuracy"] for p in run_facts.run_folders([QWEN_EXPERIMENT])}
+    assert len(accuracy) == 7
+    mine = accuracy.pop(run.name)
+    best = {k: max(a[k] for a in accuracy.values()) for k in (8, 16)}
+    assert mine[8] > best[8] and mine[16] > best[16]
+    assert (f"**{mine[8]:.3f} at step 8** and **{mine[16]:.3f} at step 16**, the highest of the "
+            f"seven runs at both (the other six at most {best[8]:.3f} and {best[16]:.3f})") in flat
+    for baseline, name, said in (("random", "random_seed0", "`random` seed 0's"),
+                                 ("difficulty_based", "difficulty_seed0",
+                                  "`difficulty_based` seed 0's")):
+        pair = run_facts.paired_evaluations(QWEN_EXPERIMENT, studied="bots",
+                                            baseline=baseline).set_index("step")
+        assert pair["seed"].tolist() == [0, 0]
+        z = {k: float(pair.at[k, "z (size at least)"]) for k in (8, 16)}
+        se = {k: pair.at[k, "evaluation SE, at most"] for k in (8, 16)}
+        theirs = accuracy[name]
+        assert (f"{said} {theirs[8]:.3f} and {theirs[16]:.3f}, {pair.at[8, 'difference']} at step "
+                f"8 ({z[8]:.1f} times") in flat
+        assert (f"{pair.at[16, 'difference']} at step 16 ({z[16]:.1f} times {se[16]})") in flat
+    cut = results.read_run(QWEN_CUT / "difficulty_seed0").set_index("step")["eval_accuracy"][8]
+    assert (f"the cut run of `difficulty_based` seed 0 held {cut:.3f} at step 8 (stretch 3), "
+            f"{mine[8] - cut:.3f} below this one") in flat
+    # the verdict: one seed, no standard error; named best on that one seed
+    evidence = verdict.gather({"qwen": QWEN_EXPERIMENT})
+    row = verdict.evidence_table(evidence).set_index("selector").loc["bots"]
+    assert row["seeds"] == 1 and np.isnan(row["se"]) and np.isnan(row["z"])
+    assert (f"reads `bots` at {row['eval_final']:.3f}, {row['vs_random']:+.3f} over `random`'s "
+            "mean of three, with no standard error") in flat
+    won = verdict.who_won(evidence).iloc[0]
+    assert (won["best"], won["best_seeds"]) == ("bots", 1) and np.isnan(
+        won["best_vs_runner_up_z"])
+    # the batches
+    steps = _assert_batch_rewards(flat, run)
+    fl = run_facts.first_last(results.read_run(run), window=4).iloc[0]
+    per_seed = pd.read_csv(QWEN_EXPERIMENT / "per_seed.csv").set_index(["selector", "seed"])
+    rollout = per_seed.at[("bots", 0), "rollout_accuracy"]
+    assert (f"rollout accuracy {fl['rollout accuracy, first 4']} over the first four steps, "
+            f"{fl['rollout accuracy, last 4']} over the last four, {rollout:.3f} over all "
+            "16") in flat
+    others = per_seed.drop(("bots", 0))
+    d, r = others.loc["difficulty_based"], others.loc["random"]
+    assert (f"rollout accuracy {rollout:.3f} over its 16 steps (`difficulty_based` "
+            f"{d['rollout_accuracy'].min():.2f}-{d['rollout_accuracy'].max():.2f}, `random` "
+            f"{r['rollout_accuracy'].min():.2f}-{r['rollout_accuracy'].max():.2f}), effective "
+            f"task ratio {etr.mean():.3f}, and by step 16 tasks the base policy solved "
+            f"{_pct(last)} of the time ({spans(lasts['difficulty'], rate, pct)} % in "
+            f"`difficulty_based`'s step 16, {spans(lasts['random'], rate, pct)} % in "
+            "`random`'s)") in flat
+    assert etr.tolist() == steps["effective_task_ratio"].tolist()
+    assert (f"{etr[:4].mean():.2f} over the first four steps, {etr[-4:].mean():.2f} over the last "
+            f"four, {etr.mean():.3f} over all 16 (`difficulty_based`'s three "
+            f"{d['etr'].min():.3f}-{d['etr'].max():.3f}, `random`'s {r['etr'].min():.3f} and "
+            f"{r['etr'].max():.3f}), lowest at step {etr.idxmin()} ({etr.min():.3f})") in flat
+    assert (f"Replies from {fl['reply tokens, first 4']} to {fl['reply tokens, last 4']} tokens; "
+            f"KL to the start {fl['KL, first 4']} over the first four steps, {fl['KL, last 4']} "
+            f"over the last four; truncated {fl['truncated, first 4']} to "
+            f"{fl['truncated, last 4']}; tool-call rate 0") in flat
+    # the replies
+    _assert_replies(flat, run)
+    saved = pd.read_json(run / "samples.jsonl", lines=True).groupby("step")["reward"].mean()
+    assert (f"(mean reward {saved[16]:.3f} at step 16 in these 16 replies, {saved[1]:.3f} at "
+            "step 1)") in flat
+    # step time, between the two runs on slower machines; the start on the CPUs
+    _assert_step_time(flat, run)
+    step = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0).loc[
+        "whole step (log: one explore start to the next)"]
+    assert step["difficulty_seed2"] < step[run.name] < step["random_seed2"]
+    assert (f"between `difficulty_seed2` ({step['difficulty_seed2']:.1f} s) and `random_seed2` "
+            f"({step['random_seed2']:.1f} s)") in flat
+    assert step.drop(run.name).nlargest(2).index.tolist() == ["random_seed2", "difficulty_seed2"]
+    start = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)
+    passed = start.loc["`train`: preflight passed"]
+    assert (f"passed its preflight at {passed[run.name]:.2f} minutes "
+            f"({passed.drop(run.name).min():.2f}-{passed.drop(run.name).max():.2f} in the "
+            "others)") in flat
+    # memory: the most of the seven, the same in use
+    _assert_experiment_memory(flat, run, 9)
+    memory = pd.read_csv(QWEN_EXPERIMENT / "gpu_memory.csv", index_col=0).loc[
+        "run, all processes (sum at one time)"]
+    assert memory.idxmax() == run.name
+    assert (f"the most of the seven ({memory.drop(run.name).min():.1f}-"
+            f"{memory.drop(run.name).max():.1f} in the others)") in flat
+    in_use = [_memory_peaks(QWEN_EXPERIMENT / name)[1] for name in start.columns]
+    assert f"with as much in use as every run ({min(in_use):.1f}-{max(in_use):.1f})" in flat
+    # start-up, compiling anew
+    compiled = {name: float(re.search(r"torch\.compile took ([\d.]+) s", (
+        QWEN_EXPERIMENT / name / "train_log_excerpt.txt").read_text())[1])
+        for name in start.columns}
+    anew = [compiled[n] for n in ("random_seed1", "difficulty_seed1", "difficulty_seed2")]
+    assert min(anew) < compiled[run.name] < max(anew)
+    assert "runner_prepare_concurrency: 16" in (run / "launched_config.yaml").read_text()
+    assert (f"step 1 at {ours['step 1 starts']:.2f} minutes after `train`, compiling anew "
+            f"(torch.compile {compiled[run.name]:.1f} s; {min(anew):.1f}-{max(anew):.1f} s in "
+            f"the other runs that compiled anew) with its 16 workflow runners made at once: the "
+            f"trainer's workers ready at {ours['trainer workers ready']:.2f}, vLLM at "
+            f"{ours['vLLM engine ready']:.2f}, the runners "
+            f"{ours['all workflow runners ready'] - ours['all rollout models ready']:.2f} minutes "
+            "after the models") in flat
+    # the opening paragraph, what the experiment did not do, the top README
+    assert (f"`bots_seed0` held {mine[8]:.3f} at step 8 and {mine[16]:.3f} at step 16, the "
+            "highest of the seven runs at both") in flat
+    pair_r, pair_d = (run_facts.paired_evaluations(QWEN_EXPERIMENT, studied="bots", baseline=b)
+                      .set_index("step") for b in ("random", "difficulty_based"))
+    r16, d16 = float(pair_r.at[16, "difference"]), float(pair_d.at[16, "difference"])
+    assert (f"at step 16 it is {r16:.3f} above `random` seed 0 and {d16:.3f} above "
+            f"`difficulty_based` seed 0, {float(pair_r.at[16, 'z (size at least)']):.1f} and "
+            f"{float(pair_d.at[16, 'z (size at least)']):.1f} times a bound") in flat
+    assert "one of its three runs (seed 0, stretch 9); seeds 1 and 2 are one stretch each" in flat
+    assert (f"seed 0 held {mine[8]:.3f} at step 8 and {mine[16]:.3f} at step 16, the highest of "
+            f"the seven runs at both, {r16:.3f} above random's and {d16:.3f} above "
+            "`difficulty_based`'s run of its seed at step 16") in top

@@ -74,7 +74,7 @@ def test_who_won_says_which_selector_an_experiment_under_way_has_no_runs_of():
                     *(tidy("difficulty_based", s, (0.1, a)) for s, a in ((0, 0.21), (1, 0.31),
                                                                           (2, 0.26))))
     won = verdict.who_won([verdict.Evidence("three", more, 16, 8)]).iloc[0]
-    assert won["seeds"] == 3
+    assert won["seeds"] == 3 and (won["best"], won["best_seeds"]) == ("difficulty_based", 3)
     assert won["reading"].endswith("not clear (3 seeds against 2)")
     row = verdict.evidence_table([verdict.Evidence("three", more, 16, 8)]).set_index("selector")
     assert row["seeds"].to_dict() == {"random": 2, "difficulty_based": 3}
@@ -82,6 +82,14 @@ def test_who_won_says_which_selector_an_experiment_under_way_has_no_runs_of():
     # TTB over the two paired seeds, both at random's best at step 4; seed 2 is not a miss
     assert (row.at["difficulty_based", "ttb"], row.at["difficulty_based", "ttb_reached"]) == (
         1.0, 1.0)
+    # a third selector of one seed comes first: named with its one seed, no margin over seeds
+    third = table_of(*(tidy("random", s, (0.1, a)) for s, a in ((0, 0.2), (1, 0.3))),
+                     *(tidy("difficulty_based", s, (0.1, a)) for s, a in ((0, 0.21), (1, 0.31))),
+                     tidy("bots", 0, (0.1, 0.4)))
+    won = verdict.who_won([verdict.Evidence("third arm", third, 16, 8)]).iloc[0]
+    assert (won["best"], won["best_seeds"], won["runner_up"]) == ("bots", 1, "difficulty_based")
+    assert np.isnan(won["best_vs_runner_up_z"])
+    assert won["reading"] == "difficulty_based vs random: +0.1 SE, not clear"
     # without the baseline there is nothing to measure against: one line naming the source
     only_difficulty = table_of(tidy("difficulty_based", 0, (0.16, 0.39)))
     with pytest.raises(results.RunError, match="source 'first': baseline selector 'random'"):
@@ -197,6 +205,7 @@ def test_pilot_table_names_a_run_without_its_launched_config(tmp_path):
         run_facts.pilot_table(tmp_path)
 
 
+# a plan of two selectors for the folders these tests make
 QWEN_CONFIGS = {"random": paths.CONFIGS_DIR / "config_random_qwen.yaml",
                 "difficulty_based": paths.CONFIGS_DIR / "config_difficulty_qwen.yaml"}
 
@@ -226,8 +235,9 @@ def test_experiment_progress_lists_every_planned_run_and_what_it_reached(tmp_pat
     empty = run_facts.experiment_progress(tmp_path / "none", QWEN_CONFIGS, (0,))
     assert empty["last step explored"].tolist() == ["not run yet (of 16)"] * 2
     # the committed experiment reads the same way, its seeds given in any integer form
-    committed = run_facts.experiment_progress(paths.RESULTS_DIR / "trinity_qwen", QWEN_CONFIGS,
-                                              np.array([0, 1, 2])).set_index(["selector", "seed"])
+    committed = run_facts.experiment_progress(
+        paths.RESULTS_DIR / "trinity_qwen", paths.QWEN_EXPERIMENT_CONFIGS,
+        np.array(paths.QWEN_EXPERIMENT_SEEDS)).set_index(["selector", "seed"])
     run = results.read_run(paths.RESULTS_DIR / "trinity_qwen" / "random_seed0")
     acc = run.dropna(subset=["eval_accuracy"]).set_index("step")["eval_accuracy"]
     assert committed.loc[("random", 0)].tolist() == ["16 of 16", f"{acc[8]:.3f}",
@@ -255,14 +265,15 @@ def test_experiment_progress_refuses_a_run_its_folder_table_leaves_out(tmp_path)
     run out) would hide that run: refused in one line naming it."""
     folder = tmp_path / "experiment"
     shutil.copytree(paths.RESULTS_DIR / "trinity_qwen", folder)
-    committed = run_facts.experiment_progress(folder, QWEN_CONFIGS, (0, 1, 2))
+    plan = paths.QWEN_EXPERIMENT_CONFIGS
+    committed = run_facts.experiment_progress(folder, plan, (0, 1, 2))
     assert committed.iloc[0]["last step explored"] == "16 of 16"
     late = folder / "difficulty_seed3"   # a seed beyond the experiment's, so never committed
     late.mkdir()
     (late / "params.json").write_text('{"selector": "difficulty_based", "seed": 3}')
     with pytest.raises(results.RunError, match=r"difficulty_seed3: difficulty_based seed 3 is "
                                                r"not in .*'s table: draw the folder again"):
-        run_facts.experiment_progress(folder, QWEN_CONFIGS, (0, 1, 2, 3))
+        run_facts.experiment_progress(folder, plan, (0, 1, 2, 3))
 
 
 def _evaluated_run(folder, name: str, selector: str, seed: int, evals: dict) -> None:
