@@ -139,7 +139,9 @@ def plot_metric(table: pd.DataFrame, metric: str, ax=None, selectors: Sequence[s
     ax.set_ylabel(ylabel or metric.replace("_", " "))
     ax.grid(alpha=0.3)
     if legend:
-        ax.legend(fontsize=8)
+        handles, labels = ax.get_legend_handles_labels()
+        ax.legend(handles, _seed_labels(table[table["selector"].isin(names)], labels, metric),
+                  fontsize=8)
     return ax
 
 
@@ -186,13 +188,15 @@ def plot_training_curves(table: pd.DataFrame, selectors: Sequence[str] | None = 
         for handle, label in zip(*right.get_legend_handles_labels(), strict=True):
             if label.startswith(START_LABEL):
                 handles, labels = [*handles, handle], [*labels, label]
-    labels = _seed_labels(table[table["selector"].isin(names)], labels)
+    shown = table[table["selector"].isin(names)]
+    labels = _seed_labels(shown, labels, "rollout_accuracy")
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
                frameon=False)
-    seeds = table[table["selector"].isin(names)].groupby("selector")["seed"].nunique()
+    seeds = shown.groupby("selector")["seed"].nunique()
+    counts = (f"{int(seeds.max())} seed(s)" if seeds.nunique() == 1
+              else f"{int(seeds.min())}-{int(seeds.max())} seeds a selector")
     band_text = "min-max" if band == "minmax" else "+-1 std"
-    fig.suptitle(title or f"mean over {int(seeds.max())} seed(s), band: {band_text}",
-                 fontsize=10)
+    fig.suptitle(title or f"mean over {counts}, band: {band_text}", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -201,11 +205,12 @@ def plot_training_curves(table: pd.DataFrame, selectors: Sequence[str] | None = 
 START_LABEL = "start: step-0 evaluation"
 
 
-def _seed_labels(table: pd.DataFrame, labels: Sequence[str]) -> list[str]:
-    """The legend's selector names with each one's number of seeds where the selectors do not
-    all have as many (a mean line over three seeds beside a single run); other labels as
-    they are."""
-    seeds = table.groupby("selector")["seed"].nunique()
+def _seed_labels(table: pd.DataFrame, labels: Sequence[str], metric: str) -> list[str]:
+    """The legend's selector names with the number of seeds each line of ``metric`` is a mean
+    over, where the selectors in ``labels`` do not all have as many (a mean over three seeds
+    beside a single run); seeds without a value of ``metric`` do not count. Other labels (the
+    start point's) as they are."""
+    seeds = table.dropna(subset=[metric]).groupby("selector")["seed"].nunique()
     shown = [seeds[name] for name in labels if name in seeds.index]
     if len(set(shown)) <= 1:
         return list(labels)
@@ -240,7 +245,7 @@ def plot_panels(table: pd.DataFrame, panels: Sequence[tuple[str, str, int]],
                     styles=styles)
         ax.set_title(label)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    labels = _seed_labels(table[table["selector"].isin(names)], labels)
+    labels = _seed_labels(table[table["selector"].isin(names)], labels, panels[0][0])
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
                frameon=False)
     if title:
@@ -258,7 +263,10 @@ def plot_etr(table: pd.DataFrame, selectors: Sequence[str] | None = None,
     plot_metric(table, "effective_task_ratio", ax, selectors, band, smooth, colors,
                 "effective task ratio", legend=False)
     ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    handles, labels = ax.get_legend_handles_labels()
+    shown = table[table["selector"].isin(_selectors(table, selectors))]
+    ax.legend(handles, _seed_labels(shown, labels, "effective_task_ratio"), fontsize=8,
+              loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     ax.set_title(title or "share of selected tasks GRPO can learn from")
     fig.tight_layout()
     return fig

@@ -13,9 +13,10 @@ package's own GRPO trainer (``train-local``) and Trinity-RFT itself. They differ
   the difference in standard errors;
 * ``ttb``, ``ttb_reached``, ``bsf``: time to the baseline's best and best-so-far ratio.
 
-:func:`who_won` reads that table per source: the selector with the best ``eval_final``, its
-margin over the runner-up and ``difficulty_based``'s over ``random``, each in standard errors,
-and whether a margin is clear (at least :data:`CLEAR` standard errors) or not.
+:func:`who_won` reads that table per source: the selector with the best ``eval_final``, how
+many seeds it stands on, its margin over the runner-up and ``difficulty_based``'s over
+``random``, each in standard errors, and whether a margin is clear (at least :data:`CLEAR`
+standard errors) or not.
 :func:`gather` collects the sources, :func:`report` prints both tables.
 
 Every standard error here is the seeds' (the spread of a selector's final held-out accuracy
@@ -148,8 +149,8 @@ def who_won(evidence: Sequence[Evidence], baseline: str = BASELINE,
     stands on (``best_seeds``) and its margin over the runner-up, and ``studied``'s margin over
     ``baseline``, each in standard errors over seeds, with a reading (clear at :data:`CLEAR`
     standard errors or more; the two selectors' numbers of seeds where they differ).
-    ``seeds``: the distinct seeds of all selectors. A best selector of one seed has no
-    standard error: its margin is NaN, and ``best_seeds`` says why."""
+    ``seeds``: the distinct seeds of all selectors. A margin is NaN where either side has one
+    seed (no spread, so no standard error); ``best_seeds`` shows it for the best selector."""
     rows = []
     for ev in evidence:
         try:

@@ -195,3 +195,22 @@ def test_panels_share_one_legend_and_take_line_styles():
                 plots.plot_training_curves(fewer, smooth=1)):
         assert [t.get_text() for t in fig.legends[0].get_texts()] == ["random (3 seeds)",
                                                                        "bots (1 seed)"]
+    assert plots.plot_training_curves(fewer, smooth=1).texts[0].get_text() == (
+        "mean over 1-3 seeds a selector, band: min-max")
+    # a seed without the metric (a run that logged no ETR) is not counted for that metric
+    no_etr = fewer.copy()
+    no_etr.loc[(no_etr["selector"] == "random") & (no_etr["seed"] == 0),
+               "effective_task_ratio"] = np.nan
+    etr = plots.plot_etr(no_etr, smooth=1)
+    assert [t.get_text() for t in etr.axes[0].get_legend().get_texts()] == [
+        "random (2 seeds)", "bots (1 seed)"]
+    # with the start point beside them, its label stays as it is
+    from mathagent.results import StartPoint
+    started = fewer.assign(eval_accuracy=fewer["eval_accuracy"].where(fewer["step"] > 0))
+    fig = plots.plot_training_curves(started, smooth=1,
+                                     start=StartPoint({"a": 0.04, "b": 0.05, "c": 0.06}))
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "random (3 seeds)", "bots (1 seed)", "start: step-0 evaluation (3 other runs, range)"]
+    # as many seeds each: plain names
+    same = plots.plot_etr(t, smooth=1)
+    assert [t.get_text() for t in same.axes[0].get_legend().get_texts()] == ["random", "bots"]

@@ -1233,8 +1233,9 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
     replies, the step split, the memory and the start-up are what the folder's files hold."""
     readme = (QWEN_EXPERIMENT / "README.md").read_text()
     flat = _flat(QWEN_EXPERIMENT)
-    configs = {"random": paths.CONFIGS_DIR / "config_random_qwen.yaml",
-               "difficulty_based": paths.CONFIGS_DIR / "config_difficulty_qwen.yaml"}
+    # the two selectors' configs, whose comments cite the first run's figures (checked below)
+    citing = {"random": paths.CONFIGS_DIR / "config_random_qwen.yaml",
+              "difficulty_based": paths.CONFIGS_DIR / "config_difficulty_qwen.yaml"}
     progress = run_facts.experiment_progress(QWEN_EXPERIMENT, paths.QWEN_EXPERIMENT_CONFIGS,
                                              paths.QWEN_EXPERIMENT_SEEDS)
     made = progress[~progress["last step explored"].str.startswith("not run yet")]
@@ -1344,7 +1345,7 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
                         index_col=0).loc["step 1 starts"]
     assert f"the Qwen pilot's pair {pilot.min():.2f} and {pilot.max():.2f}" in flat
     # the configs and the project's README cite the same figures
-    for name in configs.values():
+    for name in citing.values():
         text = " ".join(line.lstrip("# ") for line in name.read_text().splitlines())
         assert f"first run took {end / 60:.1f} minutes of one on an H100" in text
         assert (f"step 1 came {startup['step 1 starts']:.1f} minutes after `train` with the run's"
@@ -1357,7 +1358,7 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
             "difficulty_based": f"took {compiled_steps.pop():.0f} s (the two steps of "
                                 f"results/trinity_h100_qwen_compile/; random's median: "
                                 f"{median:.0f} s)"}
-    for selector, name in configs.items():
+    for selector, name in citing.items():
         text = " ".join(line.lstrip("# ") for line in name.read_text().splitlines())
         assert said[selector] in text
     top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
@@ -1890,6 +1891,44 @@ def _two_selectors(ev: verdict.Evidence) -> verdict.Evidence:
     return dataclasses.replace(ev, table=ev.table[ev.table["selector"] != THIRD_ARM])
 
 
+def _compile_seconds(names) -> dict[str, float]:
+    """Seconds of vLLM's torch.compile in each experiment run of ``names``, from its log."""
+    return {name: float(re.search(r"torch\.compile took ([\d.]+) s", (
+        QWEN_EXPERIMENT / name / "train_log_excerpt.txt").read_text())[1]) for name in names}
+
+
+def _runners_after_models(ours: pd.Series) -> float:
+    """Minutes from all rollout models ready to all workflow runners ready (a run's
+    ``startup.csv`` column)."""
+    return ours["all workflow runners ready"] - ours["all rollout models ready"]
+
+
+def _assert_compiled_start(flat: str, run: Path, ours: pd.Series, compiled: str) -> None:
+    """The experiment README's start-up sentence of a run that compiled anew with its 16
+    workflow runners made at once; ``compiled``: what the brackets after "compiling anew" say."""
+    assert "runner_prepare_concurrency: 16" in (run / "launched_config.yaml").read_text()
+    assert (f"step 1 at {ours['step 1 starts']:.2f} minutes after `train`, compiling anew "
+            f"({compiled}) with its 16 workflow runners made at once: the trainer's workers ready "
+            f"at {ours['trainer workers ready']:.2f}, vLLM at {ours['vLLM engine ready']:.2f}, the "
+            f"runners {_runners_after_models(ours):.2f} minutes after the models") in flat
+
+
+def _open_stretch(stretch: int, steps: tuple[int, int], name: str, *logged: str):
+    """What every stretch test from the eighth on checks first, for a stretch whose H100 came at
+    once (the calls back at ``steps``) and whose run ``name`` has a log that ends before
+    "Trainer finished"; ``logged``: lines its follow log holds. Returns the experiment README
+    and the top README flattened, the run's minutes from the machine's start, its folder, the
+    follow log and its ``startup.csv`` column."""
+    flat = _flat(QWEN_EXPERIMENT)
+    top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
+    whole = _assert_stretch_at_once(flat, stretch, *steps)
+    run = QWEN_EXPERIMENT / name
+    follow, ours = _assert_unfinished_run_start(flat, stretch, run)
+    for line in logged:
+        assert line in follow, line
+    return flat, top, whole, run, follow, ours
+
+
 def _assert_stretch_at_once(flat: str, stretch: int, first: int, second: int) -> float:
     """The experiment README's device time of a stretch whose H100 came at once: the 17 part
     calls, the long call back at step ``first``, a ``wait`` at step ``second``, a second with
@@ -2146,18 +2185,11 @@ def test_the_experiments_sixth_stretch_is_what_its_calls_run_and_tables_hold():
     assert (f"({used[0]:.1f}-{used[-1]:.1f} GiB in use); what its allocator kept in reserve "
             f"went from {reserved[0]:.1f} to {reserved[-1]:.1f} GiB across the four") in flat
     assert peaks["difficulty_seed1"][0] == reserved[-1]
-    config = (run / "launched_config.yaml").read_text()
-    assert "runner_prepare_concurrency: 16" in config
-    compiled = re.search(r"torch\.compile took ([\d.]+) s",
-                         (run / "train_log_excerpt.txt").read_text())[1]
-    assert (f"step 1 at {ours['step 1 starts']:.2f} minutes after `train`, compiling anew "
-            f"(torch.compile {float(compiled):.1f} s) with its 16 workflow runners made at once: "
-            f"the trainer's workers ready at {ours['trainer workers ready']:.2f}, vLLM at "
-            f"{ours['vLLM engine ready']:.2f}, the runners "
-            f"{ours['all workflow runners ready'] - ours['all rollout models ready']:.2f} minutes"
-            f" after the models. `difficulty_seed0`, from its own compile cache on another H100, "
-            f"had vLLM ready at {seed0['vLLM engine ready']:.2f} and began at "
-            f"{seed0['step 1 starts']:.2f}") in flat
+    compiled = _compile_seconds([run.name])[run.name]
+    _assert_compiled_start(flat, run, ours, f"torch.compile {compiled:.1f} s")
+    assert (f"the runners {_runners_after_models(ours):.2f} minutes after the models. "
+            f"`difficulty_seed0`, from its own compile cache on another H100, had vLLM ready at "
+            f"{seed0['vLLM engine ready']:.2f} and began at {seed0['step 1 starts']:.2f}") in flat
 
 
 def test_the_experiments_seventh_stretch_is_what_its_calls_run_and_tables_hold():
@@ -2265,17 +2297,10 @@ def test_the_experiments_seventh_stretch_is_what_its_calls_run_and_tables_hold()
             f"({rest.loc[passed].min():.2f}-{rest.loc[passed].max():.2f})") in flat
     # memory and start-up
     _assert_experiment_memory(flat, run, 7)
-    compiled = {name: re.search(r"torch\.compile took ([\d.]+) s",
-                                (QWEN_EXPERIMENT / name / "train_log_excerpt.txt").read_text())[1]
-                for name in ("difficulty_seed1", "difficulty_seed2")}
-    assert "runner_prepare_concurrency: 16" in (run / "launched_config.yaml").read_text()
-    assert (f"step 1 at {ours['step 1 starts']:.2f} minutes after `train`, compiling anew "
-            f"(torch.compile {float(compiled['difficulty_seed2']):.1f} s; "
-            f"{float(compiled['difficulty_seed1']):.1f} in `difficulty_seed1`) with its 16 "
-            f"workflow runners made at once: the trainer's workers ready at "
-            f"{ours['trainer workers ready']:.2f}, vLLM at {ours['vLLM engine ready']:.2f}, the "
-            f"runners {ours['all workflow runners ready'] - ours['all rollout models ready']:.2f}"
-            " minutes after the models") in flat
+    compiled = _compile_seconds(("difficulty_seed1", "difficulty_seed2"))
+    _assert_compiled_start(flat, run, ours, f"torch.compile {compiled['difficulty_seed2']:.1f} "
+                                            f"s; {compiled['difficulty_seed1']:.1f} in "
+                                            "`difficulty_seed1`")
     # the top README
     assert (f"Seed 2's ({whole:.1f} minutes of device time, compiling anew on a slower H100, "
             f"{phases['whole step (log: one explore start to the next)']:.1f} s a step) held "
@@ -2289,15 +2314,11 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
     buffer, the replies, the step split of a slower machine, the memory and the start-up from a
     carried compile cache; the opening paragraph, what the experiment did not do, the cut runs'
     README and the top README say the same."""
-    flat = _flat(QWEN_EXPERIMENT)
-    top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
-    whole = _assert_stretch_at_once(flat, 8, 3, 10)
+    flat, top, whole, run, follow, ours = _open_stretch(
+        8, (3, 10), "random_seed2", "random_qwen_seed2: vLLM starts from the carried compile cache",
+        "random_qwen_seed2: Explore step 3\n[06:35:19] 1 run(s)",
+        "random_qwen_seed2: Training at step 10 finished\n[06:43:02] 1 run(s)")
     assert f"and {whole:.1f} (`random_seed2`, from a compile cache on a slower H100)" in flat
-    run = QWEN_EXPERIMENT / "random_seed2"
-    follow, ours = _assert_unfinished_run_start(flat, 8, run)
-    assert "random_qwen_seed2: vLLM starts from the carried compile cache" in follow
-    assert "random_qwen_seed2: Explore step 3\n[06:35:19] 1 run(s)" in follow
-    assert "random_qwen_seed2: Training at step 10 finished\n[06:43:02] 1 run(s)" in follow
     # the six runs of its day (the third arm's first came in stretch 9)
     start = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0).drop(columns="bots_seed0")
     ends = start.loc["train command ends"]
@@ -2347,7 +2368,7 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
     assert (f"reads {ours_v['eval_final']:.3f} for `difficulty_based`, {base['eval_final']:.3f} "
             f"for `random`, a difference of {ours_v['vs_random']:+.3f} with a standard error of "
             f"{ours_v['se']:.3f}: **{ours_v['z']:.1f} standard errors, not told apart**") in flat
-    assert f"with three each, {ours_v['z']:.1f}, stretch 8)" in flat
+    assert f"with three each, {ours_v['z']:.1f}, stretch 8;" in flat
     at8 = [np.mean([accuracy[f"{sel}_seed{s}"][8] for s in (0, 1, 2)])
            for sel in ("difficulty", "random")]
     assert f"At step 8 the means are {at8[0]:.3f} and {at8[1]:.3f}." in flat
@@ -2456,8 +2477,8 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
     passed = start.loc["`train`: preflight passed"]
     assert passed.idxmax() == run.name
     assert (f"passed its preflight at {passed[run.name]:.2f} minutes "
-            f"({passed.drop(run.name).min():.2f}-{passed.drop(run.name).max():.2f} in the "
-            "others)") in flat
+            f"({passed.drop(run.name).min():.2f}-{passed.drop(run.name).max():.2f} in those "
+            "five)") in flat
     configs = [(QWEN_EXPERIMENT / name / "launched_config.yaml").read_text()
                .replace(f"_seed{seed}", "_seed").splitlines()
                for seed, name in ((1, "random_seed1"), (2, run.name))]
@@ -2467,9 +2488,7 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
             "address only") in flat
     # memory and start-up from the carried compile cache
     _assert_experiment_memory(flat, run, 8)
-    compiled = {name: float(re.search(r"torch\.compile took ([\d.]+) s", (
-        QWEN_EXPERIMENT / name / "train_log_excerpt.txt").read_text())[1])
-        for name in start.columns}
+    compiled = _compile_seconds(start.columns)
     anew = [compiled[n] for n in ("random_seed1", "difficulty_seed1", "difficulty_seed2")]
     cached = [compiled[n] for n in ("random_seed0", "difficulty_seed0", run.name)]
     assert max(cached) < 5 and min(anew) > 10
@@ -2479,8 +2498,8 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
             f"of this seed's cut run (torch.compile {compiled[run.name]:.1f} s, against "
             f"{min(anew):.1f}-{max(anew):.1f} s in the runs that compiled anew) with its 16 "
             f"workflow runners made at once: the trainer's workers ready at "
-            f"{ours['trainer workers ready']:.2f} ({ready.min():.2f}-{ready.max():.2f} in the "
-            f"others), vLLM at {ours['vLLM engine ready']:.2f}, the runners {models:.2f} minutes "
+            f"{ours['trainer workers ready']:.2f} ({ready.min():.2f}-{ready.max():.2f} in those "
+            f"five), vLLM at {ours['vLLM engine ready']:.2f}, the runners {models:.2f} minutes "
             "after the models") in flat
     assert "runner_prepare_concurrency: 16" in (run / "launched_config.yaml").read_text()
     # what the experiment did not do
@@ -2533,15 +2552,11 @@ def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
     seed's two other runs and the cut run, the verdict's one-seed row, the batches, the
     effective task ratio, the replies, the step split, the memory and the start-up; the opening
     paragraph and the top README say the same."""
-    flat = _flat(QWEN_EXPERIMENT)
-    top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
-    whole = _assert_stretch_at_once(flat, 9, 4, 12)
+    flat, top, whole, run, follow, ours = _open_stretch(
+        9, (4, 12), "bots_seed0", "bots_qwen_seed0: Explore step 4\n[07:44:17] 1 run(s)",
+        "bots_qwen_seed0: Explore step 12\n[07:52:00] 1 run(s)", "vllm_cache_bots_qwen_seed0.tgz")
     assert f"the third arm's first, {whole:.1f} (`bots_seed0`, compiling anew)" in flat
-    run = QWEN_EXPERIMENT / "bots_seed0"
-    follow, ours = _assert_unfinished_run_start(flat, 9, run)
-    assert "bots_qwen_seed0: Explore step 4\n[07:44:17] 1 run(s)" in follow
-    assert "bots_qwen_seed0: Explore step 12\n[07:52:00] 1 run(s)" in follow
-    assert "vllm_cache_bots_qwen_seed0.tgz" in follow and "carried compile cache" not in follow
+    assert "carried compile cache" not in follow
     # the selector: the package's, loaded by Trinity, fed by pass_rate_calculator every step
     params = json.loads((run / "params.json").read_text())
     assert params["selector"] == "mathagent.selectors.BOTSSelector"
@@ -2581,14 +2596,23 @@ def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
     assert max(r[level] for r in lasts["difficulty"]) < last[level] < min(
         r[level] for r in lasts["random"])
     # held-out accuracy: the highest of the seven, beside its seed's two other runs
-    accuracy = {p.name: results.read_run(p).dropna(subset=["eval_accuracy"]).set_index("step")[
-        "eval_accuracy"] for p in run_facts.run_folders([QWEN_EXPERIMENT])}
+    start_runs = [p.name for p in run_facts.run_folders([QWEN_EXPERIMENT])]
+    accuracy = {name: results.read_run(QWEN_EXPERIMENT / name).dropna(subset=["eval_accuracy"])
+                .set_index("step")["eval_accuracy"] for name in start_runs}
     assert len(accuracy) == 7
     mine = accuracy.pop(run.name)
     best = {k: max(a[k] for a in accuracy.values()) for k in (8, 16)}
     assert mine[8] > best[8] and mine[16] > best[16]
+    bound = np.sqrt(2) * 0.5 / np.sqrt(660)
+    margin = {k: mine[k] - best[k] for k in (8, 16)}
+    assert max(margin.values()) < bound
     assert (f"**{mine[8]:.3f} at step 8** and **{mine[16]:.3f} at step 16**, the highest of the "
-            f"seven runs at both (the other six at most {best[8]:.3f} and {best[16]:.3f})") in flat
+            f"seven runs at both (the other six at most {best[8]:.3f} and {best[16]:.3f}: "
+            f"{margin[8]:.3f} and {margin[16]:.3f} below, inside the bound on the difference of "
+            f"two evaluations, {bound:.4f})") in flat
+    assert (f"the highest of the seven runs at both, though by {margin[8]:.3f} and "
+            f"{margin[16]:.3f} only, inside the bound on the difference of two evaluations "
+            f"({bound:.4f})") in flat
     for baseline, name, said in (("random", "random_seed0", "`random` seed 0's"),
                                  ("difficulty_based", "difficulty_seed0",
                                   "`difficulty_based` seed 0's")):
@@ -2604,6 +2628,7 @@ def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
     cut = results.read_run(QWEN_CUT / "difficulty_seed0").set_index("step")["eval_accuracy"][8]
     assert (f"the cut run of `difficulty_based` seed 0 held {cut:.3f} at step 8 (stretch 3), "
             f"{mine[8] - cut:.3f} below this one") in flat
+    assert mine[8] - cut < (mine[8] - accuracy["difficulty_seed0"][8]) / 2   # "mostly that run's"
     # the verdict: one seed, no standard error; named best on that one seed
     evidence = verdict.gather({"qwen": QWEN_EXPERIMENT})
     row = verdict.evidence_table(evidence).set_index("selector").loc["bots"]
@@ -2623,13 +2648,34 @@ def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
             "16") in flat
     others = per_seed.drop(("bots", 0))
     d, r = others.loc["difficulty_based"], others.loc["random"]
-    assert (f"rollout accuracy {rollout:.3f} over its 16 steps (`difficulty_based` "
-            f"{d['rollout_accuracy'].min():.2f}-{d['rollout_accuracy'].max():.2f}, `random` "
-            f"{r['rollout_accuracy'].min():.2f}-{r['rollout_accuracy'].max():.2f}), effective "
-            f"task ratio {etr.mean():.3f}, and by step 16 tasks the base policy solved "
+    assert (f"rollout accuracy {rollout:.3f} over its 16 steps ({fl['rollout accuracy, last 4']} "
+            f"over the last four; `difficulty_based` {d['rollout_accuracy'].min():.2f}-"
+            f"{d['rollout_accuracy'].max():.2f}, `random` {r['rollout_accuracy'].min():.2f}-"
+            f"{r['rollout_accuracy'].max():.2f}), and by step 16 tasks the base policy solved "
             f"{_pct(last)} of the time ({spans(lasts['difficulty'], rate, pct)} % in "
             f"`difficulty_based`'s step 16, {spans(lasts['random'], rate, pct)} % in "
             "`random`'s)") in flat
+    # nearer the target than the others, but not plainly more often mixed
+    assert abs(rollout - 0.5) < min(abs(others["rollout_accuracy"] - 0.5))
+    assert d["etr"].min() < etr.mean() < d["etr"].max() == d.at[0, "etr"]
+    assert (f"effective task ratio {etr.mean():.3f}, inside `difficulty_based`'s "
+            f"{d['etr'].min():.3f}-{d['etr'].max():.3f} ({d.at[0, 'etr']:.3f} in its seed 0)") \
+        in flat
+    last4 = {name: results.read_run(QWEN_EXPERIMENT / name).set_index("step")[
+        "effective_task_ratio"].iloc[-4:].mean() for name in start_runs if name != run.name}
+    last4 = {name: value for name, value in last4.items() if not np.isnan(value)}
+    assert etr[-4:].mean() > max(last4.values())
+    assert (f"over its last four steps {etr[-4:].mean():.2f}, above every other run's "
+            f"({min(last4.values()):.2f}-{max(last4.values()):.2f})") in flat
+    by = {sel: [v for n, v in last4.items() if n.startswith(sel)]
+          for sel in ("difficulty", "random")}
+    assert (f"Over the last four steps the other runs had {min(by['difficulty']):.2f}-"
+            f"{max(by['difficulty']):.2f} (`difficulty_based`) and {min(by['random']):.2f}-"
+            f"{max(by['random']):.2f} (`random`)") in flat
+    ends = [results.read_run(QWEN_EXPERIMENT / f"difficulty_seed{s}").set_index("step")[
+        "rollout_accuracy"][16] for s in (0, 1, 2)]
+    assert min(ends) > 0.8 and (f"as `difficulty_based` ended above its 0.8 ({min(ends):.2f}-"
+                                f"{max(ends):.2f} at step 16)") in flat
     assert etr.tolist() == steps["effective_task_ratio"].tolist()
     assert (f"{etr[:4].mean():.2f} over the first four steps, {etr[-4:].mean():.2f} over the last "
             f"four, {etr.mean():.3f} over all 16 (`difficulty_based`'s three "
@@ -2664,22 +2710,21 @@ def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
     assert memory.idxmax() == run.name
     assert (f"the most of the seven ({memory.drop(run.name).min():.1f}-"
             f"{memory.drop(run.name).max():.1f} in the others)") in flat
-    in_use = [_memory_peaks(QWEN_EXPERIMENT / name)[1] for name in start.columns]
-    assert f"with as much in use as every run ({min(in_use):.1f}-{max(in_use):.1f})" in flat
+    peaks = {name: _memory_peaks(QWEN_EXPERIMENT / name) for name in start.columns}
+    in_use = [used for name, (_, used) in peaks.items() if name != run.name]
+    assert min(in_use) <= peaks[run.name][1] <= max(in_use)
+    assert f"with as much in use as the others ({min(in_use):.1f}-{max(in_use):.1f})" in flat
+    reserved = [kept for kept, _ in peaks.values()]
+    assert max(reserved) == peaks[run.name][0]
+    assert (f"the reserve now goes from {min(reserved):.1f} to {max(reserved):.1f} GiB across the "
+            "seven") in flat
     # start-up, compiling anew
-    compiled = {name: float(re.search(r"torch\.compile took ([\d.]+) s", (
-        QWEN_EXPERIMENT / name / "train_log_excerpt.txt").read_text())[1])
-        for name in start.columns}
+    compiled = _compile_seconds(start.columns)
     anew = [compiled[n] for n in ("random_seed1", "difficulty_seed1", "difficulty_seed2")]
     assert min(anew) < compiled[run.name] < max(anew)
-    assert "runner_prepare_concurrency: 16" in (run / "launched_config.yaml").read_text()
-    assert (f"step 1 at {ours['step 1 starts']:.2f} minutes after `train`, compiling anew "
-            f"(torch.compile {compiled[run.name]:.1f} s; {min(anew):.1f}-{max(anew):.1f} s in "
-            f"the other runs that compiled anew) with its 16 workflow runners made at once: the "
-            f"trainer's workers ready at {ours['trainer workers ready']:.2f}, vLLM at "
-            f"{ours['vLLM engine ready']:.2f}, the runners "
-            f"{ours['all workflow runners ready'] - ours['all rollout models ready']:.2f} minutes "
-            "after the models") in flat
+    _assert_compiled_start(flat, run, ours, f"torch.compile {compiled[run.name]:.1f} s; "
+                                            f"{min(anew):.1f}-{max(anew):.1f} s in the other "
+                                            "runs that compiled anew")
     # the opening paragraph, what the experiment did not do, the top README
     assert (f"`bots_seed0` held {mine[8]:.3f} at step 8 and {mine[16]:.3f} at step 16, the "
             "highest of the seven runs at both") in flat
@@ -2689,7 +2734,24 @@ def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
     assert (f"at step 16 it is {r16:.3f} above `random` seed 0 and {d16:.3f} above "
             f"`difficulty_based` seed 0, {float(pair_r.at[16, 'z (size at least)']):.1f} and "
             f"{float(pair_d.at[16, 'z (size at least)']):.1f} times a bound") in flat
+    parted = [cut - accuracy["difficulty_seed0"][8],
+              results.read_run(QWEN_CUT / "random_seed2").set_index("step")["eval_accuracy"][8]
+              - accuracy["random_seed2"][8]]
+    assert max(r16, d16) < min(parted)   # "less than two runs of one seed have parted by"
+    progress = run_facts.experiment_progress(QWEN_EXPERIMENT, paths.QWEN_EXPERIMENT_CONFIGS,
+                                             paths.QWEN_EXPERIMENT_SEEDS)
+    arm = progress[progress["selector"] == THIRD_ARM].set_index("seed")["last step explored"]
+    assert arm.tolist() == ["16 of 16", "not run yet (of 16)", "not run yet (of 16)"]
     assert "one of its three runs (seed 0, stretch 9); seeds 1 and 2 are one stretch each" in flat
+    assert "has one run of its three" in flat and "has one run of its three" in top
+    assert "stretch 8; the third arm, one seed, none, stretch 9)" in flat
+    median = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0).at[
+        "whole step (log: one explore start to the next)", run.name]
+    assert (f"The third arm's seed 0 ({whole:.1f} minutes of device time, compiling anew, "
+            f"{median:.1f} s a step) held {mine[8]:.3f} at step 8 and {mine[16]:.3f} at step 16; "
+            f"by step 16 its batches drew tasks the base policy solved {_pct(last)} of the time "
+            f"({spans(lasts['difficulty'], rate, pct)} % under `difficulty_based`, "
+            f"{spans(lasts['random'], rate, pct)} % under random)") in top
     assert (f"seed 0 held {mine[8]:.3f} at step 8 and {mine[16]:.3f} at step 16, the highest of "
             f"the seven runs at both, {r16:.3f} above random's and {d16:.3f} above "
             "`difficulty_based`'s run of its seed at step 16") in top
