@@ -17,7 +17,11 @@ in the table. What is read:
 * an experiment's results folder (:func:`experiment_progress`, :func:`paired_evaluations`,
   :func:`device_time`): which planned runs exist, a seed's two selectors side by side at each
   evaluation, the difference against a bound on the evaluations' standard error (each run's
-  event files give its task count), and the GPU time each stretch took.
+  event files give its task count), and the GPU time each stretch took;
+* a Trinity run's saved selector state (:func:`saved_selector`, :func:`beliefs_by_level`):
+  the package's ``BOTSSelector`` saves its beliefs about every task in the run's
+  ``explorer_meta.json`` (Trinity's own selectors save their position only), rebuilt here from
+  the run's ``launched_config.yaml`` over the taskset and read level by level.
 
 Bad input is one :class:`~mathagent.results.RunError` naming the file and what is missing.
 """
@@ -304,6 +308,76 @@ def experiment_progress(folder: str | Path, configs: Mapping[str, str | Path],
     held = sorted((c for c in out.columns if c.startswith("held-out")),
                   key=lambda c: int(c.rsplit(" ", 1)[1]))
     return out[["selector", "seed", "last step explored", *held]].fillna("-")
+
+
+def saved_selector(run: str | Path, taskset: str | Path):
+    """The selector of Trinity run folder ``run`` as the run left it: built over ``taskset``
+    (the folder its ``launched_config.yaml`` trained on, here) with that config's selector
+    settings and seed, through :func:`mathagent.selectors.make_selector`, and loaded with the
+    state the run saved (``explorer_meta.json``). Returns the
+    :class:`~mathagent.selectors.SelectorDriver`: its posteriors, capability and next batch
+    are what a resumed run would start from. Refused in one line: no saved state, a state of
+    the position only (what Trinity's own selectors save), a config without a data selector,
+    and a taskset the state does not fit."""
+    import yaml
+
+    from mathagent.selectors import make_selector
+    from mathagent.tasks.io import TasksetError, load_taskset
+
+    run = Path(run)
+    meta, config = run / "explorer_meta.json", run / "launched_config.yaml"
+    try:
+        states = json.loads(meta.read_text())["taskset_states"]
+        state = states[0]
+    except OSError:
+        raise RunError(f"{meta}: no such file (the explorer's saved state)") from None
+    except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+        raise RunError(f"{meta}: no taskset_states[0] (the taskset's selector state)") from None
+    if "alphas" not in state:
+        raise RunError(f"{meta}: the selector saved its position only ({sorted(state)}), as "
+                       "Trinity's own selectors do: no beliefs to read")
+    try:
+        taskset_cfg = yaml.safe_load(config.read_text())["buffer"]["explorer_input"]["taskset"]
+        selector = taskset_cfg["data_selector"]
+        name, keys = selector["selector_type"], list(selector["feature_keys"])
+        kwargs, seed = dict(selector.get("kwargs") or {}), int(selector.get("seed", 0))
+    except OSError:
+        raise RunError(f"{config}: no such file") from None
+    except (yaml.YAMLError, KeyError, TypeError, ValueError):
+        raise RunError(f"{config}: no buffer.explorer_input.taskset.data_selector with "
+                       "selector_type and feature_keys") from None
+    try:
+        dataset = load_taskset(taskset, str(taskset_cfg.get("split", "train")), keys)
+    except TasksetError as exc:
+        raise RunError(str(exc)) from None
+    driver = make_selector(name, dataset, keys, seed=seed, **kwargs)
+    try:
+        driver.load_state_dict(state)
+    except ValueError as exc:
+        raise RunError(f"{meta}: {exc} ({taskset})") from None
+    return driver
+
+
+def beliefs_by_level(driver, level: str = "difficulty", next_batch: int = 16) -> pd.DataFrame:
+    """What a difficulty-based selector believes, per value of the taskset's ``level`` column:
+    ``tasks``; ``reference``, the mean of its strong reference pass rate (its last feature
+    column); ``belief``, the mean of its posterior mean pass rates and ``sd`` of their
+    standard deviations; ``no success``, how many tasks it holds no success for (alpha
+    still the prior's 1); ``next batch``, how many tasks of that level its next draw of
+    ``next_batch`` picks. The draw advances ``driver`` (a Trinity selector's draw is seeded
+    from its seed and position, so it is the batch a resumed run would train on next)."""
+    table = driver.posterior_table()
+    if level not in driver.dataset.column_names:
+        raise RunError(f"beliefs_by_level: the taskset has no column {level!r}")
+    table["level"] = driver.dataset[level]
+    table["reference"] = table[driver.feature_keys[-1]]
+    table["no success"] = table["alpha"] == 1.0
+    picked = table.loc[driver.get_indices(next_batch), "level"].value_counts()
+    out = table.groupby("level").agg(tasks=("task", "size"), reference=("reference", "mean"),
+                                     belief=("mean", "mean"), sd=("sd", "mean"),
+                                     **{"no success": ("no success", "sum")})
+    out["next batch"] = picked.reindex(out.index, fill_value=0)
+    return out.reset_index()
 
 
 #: Columns of a results folder's ``device_time.csv``: one row per call (or batch of calls) of a

@@ -2548,7 +2548,7 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
 
 def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
     """Stretch 9: the device time of its calls, and what ``bots_seed0`` holds: the package's
-    selector in Trinity's run, the levels its batches drew, its held-out accuracy beside its
+    selector in Trinity's run and the beliefs it saved, the levels its batches drew, its held-out accuracy beside its
     seed's two other runs and the cut run, the verdict's one-seed row, the batches, the
     effective task ratio, the replies, the step split, the memory and the start-up; the opening
     paragraph and the top README say the same."""
@@ -2571,6 +2571,32 @@ def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
     assert ("differs from `difficulty_seed0`'s in those two, the run's name and checkpoint folder "
             "and the Ray address only") in flat
     etr = _trinity_etr(run)
+    # its saved beliefs, loaded into the selector again (Trinity's own selector saves none)
+    driver = run_facts.saved_selector(run, paths.ARITHMETIC_QWEN_DIR)
+    table = driver.posterior_table()
+    unsolved = (table[driver.feature_keys] == 0).all(axis=1)
+    no_success = table["alpha"] == 1.0
+    assert unsolved[no_success].all()
+    by_level = run_facts.beliefs_by_level(driver).set_index("level")
+    nxt = driver.dataset.select(run_facts.saved_selector(
+        run, paths.ARITHMETIC_QWEN_DIR).get_indices(16))["difficulty"]
+    assert (by_level["belief"] > by_level["reference"]).all()
+    assert (by_level.loc[[9, 10], "no success"] == by_level.loc[[9, 10], "tasks"]).all()
+    assert by_level.loc[9, "belief"].round(3) == by_level.loc[10, "belief"].round(3)
+    assert by_level.loc[[9, 10], "reference"].max() == 0
+    said = {k: f"{by_level.loc[k, 'belief']:.3f} against {by_level.loc[k, 'reference']:.3f}"
+            for k in (0, 4, 9)}
+    assert (f"beliefs about all {driver.n_tasks:,} tasks after 16 steps, which notebook 05 "
+            f"(section 2) loads into the selector again with `run_facts.saved_selector`: a "
+            f"capability coefficient of {driver.capability():.2f}, which places the trained "
+            f"policy far above its own starting pass rates (the strong reference, at 1); no "
+            f"success held for {no_success.sum():,} tasks, every one a task neither reference "
+            f"solves, and a success held for {(unsolved & ~no_success).sum()} of the "
+            f"{unsolved.sum():,} such tasks") in flat
+    assert (f"({said[0]} at level 0, {said[4]} at level 4, {said[9]} at levels 9 and 10, where it "
+            f"holds no success), and the batch it would draw at step 17 has a mean level of "
+            f"{np.mean(nxt):.2f}") in flat
+    assert driver.capability() > 1
     # the levels of its batches: a random draw at step 1, between the other two by step 16
     levels = _experiment_levels()
     one, last = levels.loc[(run.name, 1)], levels.loc[(run.name, 16)]

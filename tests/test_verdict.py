@@ -511,3 +511,58 @@ def test_replies_of_a_trinity_buffer_read_without_a_truth(tmp_path):
     text = run_facts.replies_text(run_facts.saved_replies(tmp_path, steps=1))
     assert "step 1: Evaluate 2 + 3." in text and "step 20: Evaluate 4 x 3." in text
     assert "truth" not in text and "reward 0, 3 words" in text
+
+
+QWEN_BOTS = paths.RESULTS_DIR / "trinity_qwen" / "bots_seed0"
+
+
+def test_saved_selector_is_the_bots_run_as_it_left_off():
+    """The package's selector saved its beliefs in the run's explorer state; rebuilt from the
+    run's config over the taskset it holds them exactly, they line up with the taskset's
+    rows, and its next draw is the same batch every time it is loaded."""
+    driver = run_facts.saved_selector(QWEN_BOTS, paths.ARITHMETIC_QWEN_DIR)
+    state = json.loads((QWEN_BOTS / "explorer_meta.json").read_text())["taskset_states"][0]
+    assert driver.name == "bots" and driver.state_dict() == state
+    assert (driver.n_tasks, state["step"], state["current_index"]) == (4400, 16, 256)
+    # a task the selector holds no success for is one neither reference solved: rows aligned
+    table = driver.posterior_table()
+    unsolved = (table[driver.feature_keys] == 0).all(axis=1)
+    no_success = table["alpha"] == 1.0
+    assert no_success.sum() > 3000 and unsolved[no_success].all()
+    shuffled = unsolved.sample(frac=1.0, random_state=0).to_numpy()
+    assert not shuffled[no_success.to_numpy()].all()
+    # per level, and the batch a resumed run would draw next
+    levels = run_facts.beliefs_by_level(driver)
+    assert levels["level"].tolist() == list(range(11))
+    assert levels["tasks"].sum() == 4400 and levels["no success"].sum() == no_success.sum()
+    batches = [run_facts.saved_selector(QWEN_BOTS, paths.ARITHMETIC_QWEN_DIR).get_indices(16)
+               for _ in range(2)]
+    assert batches[0] == batches[1] and len(set(batches[0])) == 16
+    drawn = pd.Series(driver.dataset.select(batches[0])["difficulty"]).value_counts()
+    assert (levels.set_index("level")["next batch"] == drawn.reindex(range(11), fill_value=0)).all()
+
+
+def test_saved_selector_refuses_in_one_line_what_it_cannot_rebuild(tmp_path):
+    qwen = paths.RESULTS_DIR / "trinity_qwen"
+    # Trinity's own difficulty_based saves its position only
+    with pytest.raises(results.RunError, match=r"explorer_meta.json: the selector saved its "
+                                               r"position only \(\['current_index'\]\)"):
+        run_facts.saved_selector(qwen / "difficulty_seed0", paths.ARITHMETIC_QWEN_DIR)
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(results.RunError, match="explorer_meta.json: no such file"):
+        run_facts.saved_selector(run, paths.ARITHMETIC_QWEN_DIR)
+    shutil.copy(QWEN_BOTS / "explorer_meta.json", run)
+    (run / "launched_config.yaml").write_text("buffer: {explorer_input: {taskset: {}}}\n")
+    with pytest.raises(results.RunError, match="launched_config.yaml: no buffer.explorer_input"):
+        run_facts.saved_selector(run, paths.ARITHMETIC_QWEN_DIR)
+    shutil.copy(QWEN_BOTS / "launched_config.yaml", run)
+    # a taskset the state does not fit: the state names both counts
+    small = tmp_path / "small"
+    small.mkdir()
+    train = pd.read_parquet(paths.ARITHMETIC_QWEN_DIR / "train.parquet").head(100)
+    train.to_parquet(small / "train.parquet", index=False)
+    with pytest.raises(results.RunError, match="state is for 4400 tasks, this dataset has 100"):
+        run_facts.saved_selector(run, small)
+    with pytest.raises(results.RunError, match="no such taskset directory"):
+        run_facts.saved_selector(run, tmp_path / "gone")
