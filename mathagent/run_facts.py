@@ -18,10 +18,11 @@ in the table. What is read:
   :func:`device_time`): which planned runs exist, a seed's two selectors side by side at each
   evaluation, the difference against a bound on the evaluations' standard error (each run's
   event files give its task count), and the GPU time each stretch took;
-* a Trinity run's saved selector state (:func:`saved_selector`, :func:`beliefs_by_level`):
-  the package's ``BOTSSelector`` saves its beliefs about every task in the run's
-  ``explorer_meta.json`` (Trinity's own selectors save their position only), rebuilt here from
-  the run's ``launched_config.yaml`` over the taskset and read level by level.
+* a Trinity run's selector (:func:`run_selector`, :func:`saved_selector`,
+  :func:`beliefs_by_level`): rebuilt from the run's ``launched_config.yaml`` over the taskset,
+  as the run started it or, for the package's ``BOTSSelector``, loaded with the beliefs about
+  every task it saved in the run's ``explorer_meta.json`` (Trinity's own selectors save their
+  position only) and read level by level.
 
 Bad input is one :class:`~mathagent.results.RunError` naming the file and what is missing.
 """
@@ -310,25 +311,46 @@ def experiment_progress(folder: str | Path, configs: Mapping[str, str | Path],
     return out[["selector", "seed", "last step explored", *held]].fillna("-")
 
 
-def saved_selector(run: str | Path, taskset: str | Path):
-    """The selector of Trinity run folder ``run`` as the run left it: built over ``taskset``
-    (the folder its ``launched_config.yaml`` trained on, here) with that config's selector
-    settings and seed, through :func:`mathagent.selectors.make_selector`, and loaded with the
-    state the run saved (``explorer_meta.json``). Returns the
-    :class:`~mathagent.selectors.SelectorDriver`: its posteriors, capability and next batch
-    are what a resumed run would start from. Refused in one line: no saved state, a state of
-    the position only (what Trinity's own selectors save), a config without a data selector,
-    and a taskset the state does not fit."""
+def run_selector(run: str | Path, taskset: str | Path):
+    """The selector of Trinity run folder ``run`` as the run started it: built over
+    ``taskset`` (the folder its ``launched_config.yaml`` trained on, here) with that config's
+    selector type, feature keys, kwargs and seed, through
+    :func:`mathagent.selectors.make_selector`. A Trinity selector seeds each draw from its
+    seed and position, so its first draw is the run's first batch. Refused in one line: a
+    config without a data selector, a taskset that cannot be read."""
     import yaml
 
     from mathagent.selectors import make_selector
     from mathagent.tasks.io import TasksetError, load_taskset
 
-    run = Path(run)
-    meta, config = run / "explorer_meta.json", run / "launched_config.yaml"
+    config = Path(run) / "launched_config.yaml"
     try:
-        states = json.loads(meta.read_text())["taskset_states"]
-        state = states[0]
+        taskset_cfg = yaml.safe_load(config.read_text())["buffer"]["explorer_input"]["taskset"]
+        selector = taskset_cfg["data_selector"]
+        name, keys = selector["selector_type"], list(selector.get("feature_keys") or [])
+        kwargs, seed = dict(selector.get("kwargs") or {}), int(selector.get("seed", 0))
+    except OSError:
+        raise RunError(f"{config}: no such file") from None
+    except (yaml.YAMLError, KeyError, TypeError, ValueError):
+        raise RunError(f"{config}: no buffer.explorer_input.taskset.data_selector with "
+                       "selector_type") from None
+    try:
+        dataset = load_taskset(taskset, str(taskset_cfg.get("split", "train")), keys)
+    except TasksetError as exc:
+        raise RunError(str(exc)) from None
+    return make_selector(name, dataset, keys or None, seed=seed, **kwargs)
+
+
+def saved_selector(run: str | Path, taskset: str | Path):
+    """The selector of Trinity run folder ``run`` as the run left it: :func:`run_selector`
+    loaded with the state the run saved (``explorer_meta.json``). Returns the
+    :class:`~mathagent.selectors.SelectorDriver`: its posteriors, capability and next batch
+    are what a resumed run would start from. Refused in one line: no saved state, a state of
+    the position only (what Trinity's own selectors save), a taskset the state does not fit,
+    and whatever :func:`run_selector` refuses."""
+    meta = Path(run) / "explorer_meta.json"
+    try:
+        state = json.loads(meta.read_text())["taskset_states"][0]
     except OSError:
         raise RunError(f"{meta}: no such file (the explorer's saved state)") from None
     except (json.JSONDecodeError, KeyError, IndexError, TypeError):
@@ -336,21 +358,7 @@ def saved_selector(run: str | Path, taskset: str | Path):
     if "alphas" not in state:
         raise RunError(f"{meta}: the selector saved its position only ({sorted(state)}), as "
                        "Trinity's own selectors do: no beliefs to read")
-    try:
-        taskset_cfg = yaml.safe_load(config.read_text())["buffer"]["explorer_input"]["taskset"]
-        selector = taskset_cfg["data_selector"]
-        name, keys = selector["selector_type"], list(selector["feature_keys"])
-        kwargs, seed = dict(selector.get("kwargs") or {}), int(selector.get("seed", 0))
-    except OSError:
-        raise RunError(f"{config}: no such file") from None
-    except (yaml.YAMLError, KeyError, TypeError, ValueError):
-        raise RunError(f"{config}: no buffer.explorer_input.taskset.data_selector with "
-                       "selector_type and feature_keys") from None
-    try:
-        dataset = load_taskset(taskset, str(taskset_cfg.get("split", "train")), keys)
-    except TasksetError as exc:
-        raise RunError(str(exc)) from None
-    driver = make_selector(name, dataset, keys, seed=seed, **kwargs)
+    driver = run_selector(run, taskset)
     try:
         driver.load_state_dict(state)
     except ValueError as exc:

@@ -2546,6 +2546,37 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
             f"selector can show a difference of about {2 * ours_v['se']:.2f} there") in top
 
 
+def test_every_runs_first_batch_is_its_selectors_own_draw():
+    """Each experiment run's selector, rebuilt from its launched config on a CPU, draws first
+    the 16 tasks the run trained on at step 1; a random selector's 16th draw is the run's
+    step 16 (difficulty-aware selectors' later draws depend on the feedback, not kept)."""
+    train = tasks.read_split(paths.ARITHMETIC_QWEN_DIR, "train")
+    assert train["question"].is_unique
+
+    def rows(run: Path, step: int) -> list[int]:
+        asked = pd.read_json(run / "samples.jsonl", lines=True).query(f"step == {step}")
+        found = sorted(train.index[train["question"].isin(set(asked["question"]))])
+        assert len(found) == 16
+        return found
+
+    runs = run_facts.run_folders([QWEN_EXPERIMENT])
+    assert len(runs) == 7
+    firsts = []
+    for run in runs:
+        driver = run_facts.run_selector(run, paths.ARITHMETIC_QWEN_DIR)
+        firsts.append(sorted(driver.get_indices(16)))
+        assert firsts[-1] == rows(run, 1), run.name
+        if driver.name == "random":
+            for _ in range(14):
+                driver.get_indices(16)
+            assert sorted(driver.get_indices(16)) == rows(run, 16), run.name
+    assert len({tuple(f) for f in firsts}) == 7    # seven seeds and selectors, seven batches
+    flat = _flat(QWEN_EXPERIMENT)
+    assert ("the selector of each of the seven runs draws first the 16 tasks its run trained on at "
+            "step 1 (`samples.jsonl`), and each `random` selector's sixteenth draw is the 16 of "
+            "its step 16") in flat
+
+
 def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
     """Stretch 9: the device time of its calls, and what ``bots_seed0`` holds: the package's
     selector in Trinity's run and the beliefs it saved, the levels its batches drew, its held-out accuracy beside its

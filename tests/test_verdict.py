@@ -553,6 +553,8 @@ def test_saved_selector_refuses_in_one_line_what_it_cannot_rebuild(tmp_path):
     with pytest.raises(results.RunError, match="explorer_meta.json: no such file"):
         run_facts.saved_selector(run, paths.ARITHMETIC_QWEN_DIR)
     shutil.copy(QWEN_BOTS / "explorer_meta.json", run)
+    with pytest.raises(results.RunError, match="launched_config.yaml: no such file"):
+        run_facts.saved_selector(run, paths.ARITHMETIC_QWEN_DIR)
     (run / "launched_config.yaml").write_text("buffer: {explorer_input: {taskset: {}}}\n")
     with pytest.raises(results.RunError, match="launched_config.yaml: no buffer.explorer_input"):
         run_facts.saved_selector(run, paths.ARITHMETIC_QWEN_DIR)
