@@ -19,10 +19,11 @@ in the table. What is read:
   evaluation, the difference against a bound on the evaluations' standard error (each run's
   event files give its task count), and the GPU time each stretch took;
 * a Trinity run's selector (:func:`run_selector`, :func:`saved_selector`,
-  :func:`beliefs_by_level`): rebuilt from the run's ``launched_config.yaml`` over the taskset,
-  as the run started it or, for the package's ``BOTSSelector``, loaded with the beliefs about
-  every task it saved in the run's ``explorer_meta.json`` (Trinity's own selectors save their
-  position only) and read level by level.
+  :func:`replay_selector`, :func:`beliefs_by_level`): rebuilt from the run's
+  ``launched_config.yaml`` over the taskset, as the run started it; for the package's
+  ``BOTSSelector``, loaded with the beliefs about every task it saved in the run's
+  ``explorer_meta.json`` (Trinity's own selectors save their position only) and read level by
+  level; or replayed step by step on the pass rates its buffer recorded.
 
 Bad input is one :class:`~mathagent.results.RunError` naming the file and what is missing.
 """
@@ -364,6 +365,41 @@ def saved_selector(run: str | Path, taskset: str | Path):
     except ValueError as exc:
         raise RunError(f"{meta}: {exc} ({taskset})") from None
     return driver
+
+
+#: A Trinity run's per-step, per-task pass rates (``scripts/gpu/buffer_samples.py``).
+BUFFER_TASKS = "buffer_tasks.csv"
+
+
+def replay_selector(run: str | Path, taskset: str | Path):
+    """Replay the selection of Trinity run folder ``run`` on a CPU: :func:`run_selector` draws
+    each step's batch, and after it is fed the pass rates that ``pass_rate_calculator`` fed the
+    run's selector (the run's ``buffer_tasks.csv``, in the operator's order). Returns the table
+    (per step: ``tasks`` in the run's batch, ``same tasks`` the replay drew of them) and the
+    selector after the last step, whose state a run that saved one (:func:`saved_selector`)
+    can be set beside. Refused in one line: no table (a run collected before it was written),
+    a table without its columns, tasks without a task index."""
+    file = Path(run) / BUFFER_TASKS
+    try:
+        fed = pd.read_csv(file, dtype={"taskset": str})
+    except FileNotFoundError:
+        raise RunError(f"{file}: no such file (runs collected before collect wrote it have "
+                       "none)") from None
+    missing = {"step", "taskset", "task_index", "pass_rate"} - set(fed.columns)
+    if missing:
+        raise RunError(f"{file}: no column(s) {', '.join(sorted(missing))}")
+    if fed["task_index"].isna().any() or fed["taskset"].nunique() > 1:
+        raise RunError(f"{file}: every row needs the task's index in one taskset (the buffer's "
+                       "experiences had no info['task_index'], or came from several tasksets)")
+    driver = run_selector(run, taskset)
+    rows = []
+    for step, batch in fed.groupby("step", sort=True):
+        logged = batch["task_index"].astype(int).tolist()
+        drawn = driver.get_indices(len(logged))
+        rows.append({"step": int(step), "tasks": len(logged),
+                     "same tasks": len(set(drawn) & set(logged))})
+        driver.feedback(logged, batch["pass_rate"].astype(float).tolist())
+    return pd.DataFrame(rows, columns=["step", "tasks", "same tasks"]), driver
 
 
 def beliefs_by_level(driver, level: str = "difficulty", next_batch: int = 16) -> pd.DataFrame:

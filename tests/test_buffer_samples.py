@@ -199,6 +199,16 @@ def test_the_effective_task_ratio_groups_tasks_as_trinitys_pass_rate_calculator(
     assert done.returncode == 0, done.stderr
     _, steps = read_outputs(tmp_path / "out")
     assert [(row["tasks"], row["effective_task_ratio"]) for row in steps] == [("4", "0.3333")]
+    # per task: what the operator feeds the selector, in its order, to the last bit
+    from trinity.common.constants import SELECTOR_METRIC
+
+    with open(tmp_path / "out" / "buffer_tasks.csv") as f:
+        rows = list(csv.DictReader(f))
+    fed = metric[SELECTOR_METRIC]
+    assert [(r["taskset"], int(r["task_index"]), float(r["pass_rate"])) for r in rows] == [
+        (str(taskset), index, value) for taskset, given in fed.items()
+        for index, value in zip(given["indices"], given["values"], strict=True)]
+    assert [r["experiences"] for r in rows] == ["2", "2", "2"]
 
 
 def test_a_step_where_every_task_passes_or_fails_has_an_effective_task_ratio_of_0(tmp_path):
@@ -290,5 +300,9 @@ def test_collect_packs_the_samples_with_the_run(tmp_path):
         samples = tar.extractfile("random_seed1/samples/samples.jsonl").read().decode()
         names = tar.getnames()
     assert steps.splitlines()[1].startswith("1,0,6,3,5,0.5,")
+    with tarfile.open(out / "random_seed1.tgz") as tar:   # no task_index: tasks by their id
+        tasks_csv = tar.extractfile("random_seed1/samples/buffer_tasks.csv").read().decode()
+    assert tasks_csv.splitlines()[:3] == ["step,taskset,task_index,experiences,pass_rate",
+                                          "1,,,1,1.0", "1,,,3,0.3333333333333333"]
     assert len(samples.splitlines()) == 6 + 2   # all of steps 1 and 3: fewer than 16 each
     assert not any(n.endswith(".db") for n in names)   # the buffer itself stays behind

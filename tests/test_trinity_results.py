@@ -161,6 +161,8 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
     (run / "samples").mkdir()   # what buffer_samples.py wrote from the run's experience buffer
     (run / "samples" / "samples.jsonl").write_text('{"step": 1}\n')
     (run / "samples" / "buffer_steps.csv").write_text("step,experiences\n1,128\n")
+    (run / "samples" / "buffer_tasks.csv").write_text("step,taskset,task_index,experiences,"
+                                                      "pass_rate\n1,0,7,8,0.5\n")
     collected = tmp_path / "collected"
     collected.mkdir()
     with tarfile.open(collected / "diff.tgz", "w:gz") as tar:
@@ -205,6 +207,7 @@ def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
         "whole_step_s"] == {"step 1": 16.0, "step 2": 18.0}
     assert (out / "difficulty_seed42" / "samples.jsonl").read_text() == '{"step": 1}\n'
     assert (out / "difficulty_seed42" / "buffer_steps.csv").read_text().endswith("1,128\n")
+    assert (out / "difficulty_seed42" / "buffer_tasks.csv").read_text().endswith("1,0,7,8,0.5\n")
     # its effective task ratio is Trinity's; its buffer table predates the buffer's ratio
     assert pd.read_csv(out / "etr_sources.csv").to_dict("records") == [
         {"run": "difficulty_seed42", "source": "pass_rate_calculator",

@@ -568,3 +568,45 @@ def test_saved_selector_refuses_in_one_line_what_it_cannot_rebuild(tmp_path):
         run_facts.saved_selector(run, small)
     with pytest.raises(results.RunError, match="no such taskset directory"):
         run_facts.saved_selector(run, tmp_path / "gone")
+
+
+def test_replay_selector_draws_a_runs_batches_from_the_pass_rates_it_was_fed(tmp_path):
+    """A stand-in for a GPU run's ``buffer_tasks.csv`` (no committed run has one yet): the
+    third arm's selector, built from ``bots_seed0``'s launched config, draws four batches and is
+    fed made-up pass rates, written as ``buffer_samples.py`` writes them. The replay draws the
+    same tasks at every step and ends in the same state; a task the run did not draw shows."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(QWEN_BOTS / "launched_config.yaml", run)
+    driver = run_facts.run_selector(run, paths.ARITHMETIC_QWEN_DIR)
+    reference = np.asarray(driver.dataset["qwen_bare_pass_rate"])
+    rows = []
+    for step in range(1, 5):
+        batch = driver.get_indices(16)
+        rates = [round(float(reference[i]) * 8 + step % 2) / 8 % 1.0 for i in batch]
+        driver.feedback(batch, rates)
+        rows += [{"step": step, "taskset": "0", "task_index": i, "experiences": 8,
+                  "pass_rate": repr(r)} for i, r in zip(batch, rates, strict=True)]
+    pd.DataFrame(rows).to_csv(run / run_facts.BUFFER_TASKS, index=False)
+    table, replayed = run_facts.replay_selector(run, paths.ARITHMETIC_QWEN_DIR)
+    assert table.to_dict("list") == {"step": [1, 2, 3, 4], "tasks": [16] * 4,
+                                     "same tasks": [16] * 4}
+    assert replayed.state_dict() == driver.state_dict()
+    assert replayed.capability() is not None
+    # a batch that is not the selector's own: the replay says where
+    other = pd.DataFrame(rows)
+    step2 = other.index[other["step"] == 2]
+    other.loc[step2[0], "task_index"] = next(i for i in range(4400)
+                                             if i not in set(other["task_index"]))
+    other.to_csv(run / run_facts.BUFFER_TASKS, index=False)
+    table, _ = run_facts.replay_selector(run, paths.ARITHMETIC_QWEN_DIR)
+    assert table["same tasks"].tolist()[:2] == [16, 15]
+    # refusals
+    other.drop(columns="pass_rate").to_csv(run / run_facts.BUFFER_TASKS, index=False)
+    with pytest.raises(results.RunError, match="buffer_tasks.csv: no column.s. pass_rate"):
+        run_facts.replay_selector(run, paths.ARITHMETIC_QWEN_DIR)
+    other.assign(task_index=np.nan).to_csv(run / run_facts.BUFFER_TASKS, index=False)
+    with pytest.raises(results.RunError, match="every row needs the task's index"):
+        run_facts.replay_selector(run, paths.ARITHMETIC_QWEN_DIR)
+    with pytest.raises(results.RunError, match="buffer_tasks.csv: no such file"):
+        run_facts.replay_selector(QWEN_BOTS, paths.ARITHMETIC_QWEN_DIR)

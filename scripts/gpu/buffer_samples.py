@@ -45,6 +45,11 @@ Writes into OUT:
   ``pipeline_input``, so the two agree; experiences without a reward are left out (the
   operator would fail on them), and a step made twice (a run resumed from a checkpoint before
   it) pools both tries where Trinity logs the last.
+* ``buffer_tasks.csv``: one row per explore step and task: the taskset and the task's index in
+  it (``info["task_index"]``; empty for an experience without one, whose task is its id's),
+  the experiences and the pass rate, unrounded: what ``pass_rate_calculator`` feeds a
+  difficulty-aware selector after the step, so that its decisions can be replayed
+  (``mathagent.run_facts.replay_selector``).
 
 Chat completions recorded by Trinity keep token ids and the reply's ``content`` but no prompt
 text or messages, and vLLM's tool parser moves a parsed tool call out of ``content``: with
@@ -76,6 +81,7 @@ CHATML_USER = re.compile(r"<\|im_start\|>user\n(.*?)(?:<\|im_end\|>|\Z)", re.S)
 STEP_COLUMNS = ["step", "model_version", "experiences", "tasks", "agent_runs", "mean_reward",
                 "mean_response_tokens", "tool_call_rate", "multi_call_run_share",
                 "effective_task_ratio"]
+TASK_COLUMNS = ["step", "taskset", "task_index", "experiences", "pass_rate"]
 
 
 class BadInput(Exception):
@@ -327,6 +333,24 @@ def step_table(summaries: list[Summary]) -> list[dict]:
     return rows
 
 
+def task_table(summaries: list[Summary]) -> list[dict]:
+    """One row per (step, task), tasks grouped as :func:`task_key` groups them, in the order
+    of their first experience; the pass rate is the mean reward of the task's experiences
+    that have one (a task with none has no row), computed as ``pass_rate_calculator`` does."""
+    import numpy as np
+
+    by_task: dict[tuple[int, tuple], list[float]] = defaultdict(list)
+    for s in summaries:
+        if s.reward is not None:
+            by_task[(s.step, s.task_key)].append(s.reward)
+    rows = []
+    for (step, key), rewards in sorted(by_task.items(), key=lambda item: item[0][0]):
+        taskset, index = (key[1], int(key[2])) if key[0] == "taskset" else ("", "")
+        rows.append({"step": step, "taskset": taskset, "task_index": index,
+                     "experiences": len(rewards), "pass_rate": repr(float(np.mean(rewards)))})
+    return rows
+
+
 def natural(task_id: str):
     """Task ids in number order where they are numbers ("2" before "10")."""
     return (0, int(task_id), "") if task_id.isdigit() else (1, 0, task_id)
@@ -399,18 +423,22 @@ def write_outputs(db: Path, table: str, out: Path, per_step: int, max_chars: int
         writer = csv.DictWriter(f, fieldnames=STEP_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
+    with open(out / "buffer_tasks.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=TASK_COLUMNS)
+        writer.writeheader()
+        writer.writerows(task_table(summaries))
     return (f"{db} ({table}): {len(summaries)} experiences of steps {rows[0]['step']}-"
             f"{rows[-1]['step']}; {len(records)} samples and {len(rows)} step rows in {out}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Write samples.jsonl (replies of the first and last explore step) and "
-                    "buffer_steps.csv (one row per explore step) from a Trinity-RFT run's "
-                    "SQLite experience buffer.")
+        description="Write samples.jsonl (replies of the first and last explore step), "
+                    "buffer_steps.csv (one row per explore step) and buffer_tasks.csv (one row "
+                    "per step and task) from a Trinity-RFT run's SQLite experience buffer.")
     parser.add_argument("folder", type=Path,
                         help="the run's checkpoint job folder, or any folder above it")
-    parser.add_argument("out", type=Path, help="folder to write the two files into")
+    parser.add_argument("out", type=Path, help="folder to write the three files into")
     parser.add_argument("--per-step", type=int, default=16, metavar="N",
                         help="samples from each of the two steps (default 16)")
     parser.add_argument("--max-chars", type=int, default=2000, metavar="N",

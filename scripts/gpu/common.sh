@@ -110,7 +110,8 @@ call_left() {
 CHATTER='"(GET|POST) /[^"]*" [23]\d\d |\(WorkflowRunner pid=\d+\)\S* (?!INFO|WARNING|ERROR)(?!.*(Error|Traceback|Exception))'
 
 # buffer_samples NAME JOB DIR: the replies of the first and last explore step
-# (samples.jsonl) and one row per explore step (buffer_steps.csv) from the experience buffer
+# (samples.jsonl), one row per explore step (buffer_steps.csv) and one per step and task
+# (buffer_tasks.csv, the pass rates a selector was fed) from the experience buffer
 # of JOB into DIR (scripts/gpu/buffer_samples.py, decoding with the run's model folder, as
 # `start` recorded it in $W/NAME.model); a run with no buffer yet, or one that cannot be read
 # within 120 s (every `wait` collects again), is packed without them. With CALL_END set (see

@@ -177,9 +177,9 @@ def add_run(collected: Path, name: str, dest: Path, apps: pd.DataFrame) -> None:
         for f in ("explorer_meta.json", "trainer_meta.json"):
             if (src / f).is_file():
                 shutil.copyfile(src / f, dest / f)
-        # replies of the first and last explore step and the per-step table of the
-        # experience buffer (scripts/gpu/buffer_samples.py), where collect could read it
-        for f in ("samples.jsonl", "buffer_steps.csv"):
+        # replies of the first and last explore step, the per-step and per-task tables of
+        # the experience buffer (scripts/gpu/buffer_samples.py), where collect could read it
+        for f in ("samples.jsonl", "buffer_steps.csv", "buffer_tasks.csv"):
             if (src / "samples" / f).is_file():
                 shutil.copyfile(src / "samples" / f, dest / f)
         log = (src / "train.log").read_text(errors="replace")
