@@ -140,8 +140,7 @@ def plot_metric(table: pd.DataFrame, metric: str, ax=None, selectors: Sequence[s
     ax.grid(alpha=0.3)
     if legend:
         handles, labels = ax.get_legend_handles_labels()
-        ax.legend(handles, _seed_labels(table[table["selector"].isin(names)], labels, metric),
-                  fontsize=8)
+        ax.legend(handles, _seed_labels(table, labels, metric), fontsize=8)
     return ax
 
 
@@ -188,11 +187,10 @@ def plot_training_curves(table: pd.DataFrame, selectors: Sequence[str] | None = 
         for handle, label in zip(*right.get_legend_handles_labels(), strict=True):
             if label.startswith(START_LABEL):
                 handles, labels = [*handles, handle], [*labels, label]
-    shown = table[table["selector"].isin(names)]
-    labels = _seed_labels(shown, labels, "rollout_accuracy")
+    labels = _seed_labels(table, labels, "rollout_accuracy")
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
                frameon=False)
-    seeds = shown.groupby("selector")["seed"].nunique()
+    seeds = table[table["selector"].isin(names)].groupby("selector")["seed"].nunique()
     counts = (f"{int(seeds.max())} seed(s)" if seeds.nunique() == 1
               else f"{int(seeds.min())}-{int(seeds.max())} seeds a selector")
     band_text = "min-max" if band == "minmax" else "+-1 std"
@@ -208,8 +206,8 @@ START_LABEL = "start: step-0 evaluation"
 def _seed_labels(table: pd.DataFrame, labels: Sequence[str], metric: str) -> list[str]:
     """The legend's selector names with the number of seeds each line of ``metric`` is a mean
     over, where the selectors in ``labels`` do not all have as many (a mean over three seeds
-    beside a single run); seeds without a value of ``metric`` do not count. Other labels (the
-    start point's) as they are."""
+    beside a single run); seeds without a value of ``metric`` do not count, nor do selectors
+    the legend does not name. Other labels (the start point's) as they are."""
     seeds = table.dropna(subset=[metric]).groupby("selector")["seed"].nunique()
     shown = [seeds[name] for name in labels if name in seeds.index]
     if len(set(shown)) <= 1:
@@ -245,7 +243,7 @@ def plot_panels(table: pd.DataFrame, panels: Sequence[tuple[str, str, int]],
                     styles=styles)
         ax.set_title(label)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    labels = _seed_labels(table[table["selector"].isin(names)], labels, panels[0][0])
+    labels = _seed_labels(table, labels, panels[0][0])
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
                frameon=False)
     if title:
@@ -264,8 +262,7 @@ def plot_etr(table: pd.DataFrame, selectors: Sequence[str] | None = None,
                 "effective task ratio", legend=False)
     ax.set_ylim(-0.02, 1.02)
     handles, labels = ax.get_legend_handles_labels()
-    shown = table[table["selector"].isin(_selectors(table, selectors))]
-    ax.legend(handles, _seed_labels(shown, labels, "effective_task_ratio"), fontsize=8,
+    ax.legend(handles, _seed_labels(table, labels, "effective_task_ratio"), fontsize=8,
               loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     ax.set_title(title or "share of selected tasks GRPO can learn from")
     fig.tight_layout()

@@ -572,30 +572,42 @@ def saved_replies(run: str | Path, steps: int | None = 2) -> pd.DataFrame:
         drop=True)
 
 
+def kept_batches(run: str | Path, tasks: pd.DataFrame) -> dict[int, list]:
+    """Per step that run folder ``run`` kept replies of (``samples.jsonl``), the rows of the
+    taskset split ``tasks`` it drew (index labels, in the order first asked), matched by
+    question text. A question the split does not hold raises :class:`RunError` naming the
+    file and step."""
+    if "question" not in tasks.columns:
+        raise RunError("the taskset split has no column question")
+    row_of = pd.Series(tasks.index, index=tasks["question"]).groupby(level=0).first()
+    batches = {}
+    for step, group in saved_replies(run, steps=None).groupby("step", sort=True):
+        asked = list(dict.fromkeys(group["question"]))
+        unknown = [q for q in asked if q not in row_of.index]
+        if unknown:
+            raise RunError(f"{Path(run) / 'samples.jsonl'}: step {step} asked "
+                           f"{unknown[0]!r}, which the taskset split does not hold")
+        batches[int(step)] = row_of.loc[asked].tolist()
+    return batches
+
+
 def batch_levels(runs: Iterable[str | Path], tasks: pd.DataFrame,
                  columns: Sequence[str] = ("difficulty", "qwen_bare_pass_rate")) -> pd.DataFrame:
     """What each run's kept steps drew: per run folder (``samples.jsonl``) and kept step, the
     number of distinct tasks and the mean of each of ``columns`` over them, read from the
-    taskset split ``tasks`` the run trained on (matched by question text), with the range of
-    the first (``difficulty``: the level each task was made at). So a selector that steers its
+    taskset split ``tasks`` the run trained on (:func:`kept_batches`), with the range of the
+    first (``difficulty``: the level each task was made at). So a selector that steers its
     batches shows as levels moving from the first step to the last. A question the split does
     not hold raises :class:`RunError` naming the file and step."""
     missing = [c for c in ("question", *columns) if c not in tasks.columns]
     if missing:
         raise RunError(f"the taskset split has no column {', '.join(missing)}")
-    by_question = tasks.drop_duplicates("question").set_index("question")
     rows = []
     for run in runs:
-        replies = saved_replies(run, steps=None)
-        for step, group in replies.groupby("step", sort=True):
-            asked = list(dict.fromkeys(group["question"]))
-            unknown = [q for q in asked if q not in by_question.index]
-            if unknown:
-                raise RunError(f"{Path(run) / 'samples.jsonl'}: step {step} asked "
-                               f"{unknown[0]!r}, which the taskset split does not hold")
-            drawn = by_question.loc[asked, list(columns)]
+        for step, drawn_rows in kept_batches(run, tasks).items():
+            drawn = tasks.loc[drawn_rows, list(columns)]
             first = drawn[columns[0]]
-            rows.append({"run": Path(run).name, "step": int(step), "tasks": len(asked),
+            rows.append({"run": Path(run).name, "step": step, "tasks": len(drawn_rows),
                          **{f"mean {c}": round(float(drawn[c].mean()), 2) for c in columns},
                          f"{columns[0]} range": f"{first.min():g}-{first.max():g}"})
     return pd.DataFrame(rows)

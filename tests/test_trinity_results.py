@@ -2557,8 +2557,7 @@ def test_every_runs_first_batch_is_its_selectors_own_draw():
     assert train["question"].is_unique
 
     def rows(run: Path, step: int) -> list[int]:
-        asked = pd.read_json(run / "samples.jsonl", lines=True).query(f"step == {step}")
-        found = sorted(train.index[train["question"].isin(set(asked["question"]))])
+        found = sorted(run_facts.kept_batches(run, train)[step])
         assert len(found) == 16
         return found
 
