@@ -342,6 +342,18 @@ def run_selector(run: str | Path, taskset: str | Path):
     return make_selector(name, dataset, keys or None, seed=seed, **kwargs)
 
 
+def _saved_state(run: str | Path) -> dict:
+    """The taskset selector's state Trinity run folder ``run`` saved (``explorer_meta.json``),
+    refused in one line when the file or the state is missing."""
+    meta = Path(run) / "explorer_meta.json"
+    try:
+        return json.loads(meta.read_text())["taskset_states"][0]
+    except OSError:
+        raise RunError(f"{meta}: no such file (the explorer's saved state)") from None
+    except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+        raise RunError(f"{meta}: no taskset_states[0] (the taskset's selector state)") from None
+
+
 def saved_selector(run: str | Path, taskset: str | Path):
     """The selector of Trinity run folder ``run`` as the run left it: :func:`run_selector`
     loaded with the state the run saved (``explorer_meta.json``). Returns the
@@ -350,12 +362,7 @@ def saved_selector(run: str | Path, taskset: str | Path):
     the position only (what Trinity's own selectors save), a taskset the state does not fit,
     and whatever :func:`run_selector` refuses."""
     meta = Path(run) / "explorer_meta.json"
-    try:
-        state = json.loads(meta.read_text())["taskset_states"][0]
-    except OSError:
-        raise RunError(f"{meta}: no such file (the explorer's saved state)") from None
-    except (json.JSONDecodeError, KeyError, IndexError, TypeError):
-        raise RunError(f"{meta}: no taskset_states[0] (the taskset's selector state)") from None
+    state = _saved_state(run)
     if "alphas" not in state:
         raise RunError(f"{meta}: the selector saved its position only ({sorted(state)}), as "
                        "Trinity's own selectors do: no beliefs to read")
@@ -400,6 +407,34 @@ def replay_selector(run: str | Path, taskset: str | Path):
                      "same tasks": len(set(drawn) & set(logged))})
         driver.feedback(logged, batch["pass_rate"].astype(float).tolist())
     return pd.DataFrame(rows, columns=["step", "tasks", "same tasks"]), driver
+
+
+#: Columns of :func:`replays`.
+REPLAY_COLUMNS = ("run", "steps", "tasks", "drawn by the replay", "state as saved")
+
+
+def replays(runs: Iterable[str | Path], taskset: str | Path) -> pd.DataFrame:
+    """Each Trinity run folder of ``runs`` that kept its pass rates (``buffer_tasks.csv``),
+    replayed by :func:`replay_selector`: its ``steps``, the ``tasks`` of its batches, how many
+    of them the replay drew (``drawn by the replay``; all of them when the run's selection is
+    its seed and the pass rates alone), and ``state as saved``: whether the replayed selector
+    ends in the state the run saved (None for a selector that saves its position only). Runs
+    without the table are left out."""
+    rows = []
+    for run in map(Path, runs):
+        if not (run / BUFFER_TASKS).is_file():
+            continue
+        table, driver = replay_selector(run, taskset)
+        same = None
+        if "alphas" in _saved_state(run):
+            saved, mine = saved_selector(run, taskset).state_dict(), driver.state_dict()
+            same = sorted(saved) == sorted(mine) and all(
+                np.array_equal(np.asarray(mine[key]), np.asarray(value))
+                for key, value in saved.items())
+        rows.append(dict(zip(REPLAY_COLUMNS, (run.name, len(table), int(table["tasks"].sum()),
+                                              int(table["same tasks"].sum()), same),
+                             strict=True)))
+    return pd.DataFrame(rows, columns=list(REPLAY_COLUMNS))
 
 
 def beliefs_by_level(driver, level: str = "difficulty", next_batch: int = 16) -> pd.DataFrame:

@@ -1367,7 +1367,7 @@ def test_the_experiment_readme_states_what_its_runs_tables_and_logs_hold():
     top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
     final = [results.read_run(QWEN_EXPERIMENT / f"random_seed{s}").set_index("step")[
         "eval_accuracy"][16] for s in (0, 1, 2)]
-    assert len(made) == 7
+    assert len(made) == len(JOINED)    # every whole run the folder holds
     assert (f"has all six runs of the two selectors: random, seeds 0, 1 and 2, from {start.lo:.3f}-{start.hi:.3f} to "
             f"{final[0]:.3f}, {final[1]:.3f} and {final[2]:.3f} held out") in top
     assert (f"took {end / 60:.1f} minutes of device time (step 1 at {startup['step 1 starts']:.2f}"
@@ -1888,6 +1888,32 @@ def _assert_step_time(flat: str, run: Path) -> pd.Series:
 #: The third arm's runs (stretch 9 on): the stretches before it speak of the two selectors.
 THIRD_ARM = "bots"
 
+#: The stretch in which each whole run joined the experiment's folder: a stretch's README section
+#: states the ranges of its day, over the runs that existed then.
+JOINED = {"random_seed0": 1, "random_seed1": 2, "difficulty_seed0": 5, "difficulty_seed1": 6,
+          "difficulty_seed2": 7, "random_seed2": 8, "bots_seed0": 9, "bots_seed1": 10,
+          "bots_seed2": 10}
+
+
+def _of_their_day(ev: verdict.Evidence, stretch: int) -> verdict.Evidence:
+    """The experiment's evidence over the runs that existed after ``stretch``."""
+    names = ev.table["selector"].str.replace("_based", "") + "_seed" + ev.table["seed"].astype(str)
+    return dataclasses.replace(ev, table=ev.table[~names.isin(_later(stretch))])
+
+
+def _later(stretch: int) -> list[str]:
+    """The runs that joined the experiment's folder after ``stretch``."""
+    return [name for name, joined in JOINED.items() if joined > stretch]
+
+
+def test_the_runs_a_stretch_brought_are_the_folders_runs():
+    """``JOINED`` names every run folder of the experiment once, each with the stretch whose
+    ``device_time.csv`` rows name it."""
+    assert sorted(JOINED) == [p.name for p in run_facts.run_folders([QWEN_EXPERIMENT])]
+    calls = pd.read_csv(QWEN_EXPERIMENT / "device_time.csv")
+    for name, stretch in JOINED.items():
+        assert calls.query("`for` == @name")["stretch"].max() == stretch, name
+
 
 def _two_selectors(ev: verdict.Evidence) -> verdict.Evidence:
     """The experiment's evidence without the third arm: the verdict as it stood before it."""
@@ -2273,7 +2299,7 @@ def test_the_experiments_seventh_stretch_is_what_its_calls_run_and_tables_hold()
     phases = _assert_step_time(flat, run)
     # beside the four runs that existed then (random's seed 2, slower still, came in stretch 8)
     others = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0).drop(
-        columns=[run.name, "random_seed2", "bots_seed0"])
+        columns=[run.name, *_later(7)])
     same = others[["difficulty_seed0", "difficulty_seed1"]]
     assert (phases > same.max(axis=1)).all()
     step = same.loc["whole step (log: one explore start to the next)"]
@@ -2292,7 +2318,7 @@ def test_the_experiments_seventh_stretch_is_what_its_calls_run_and_tables_hold()
     assert all(b == "seed: 2" or b.startswith("ray_address") for _, b in differ)
     assert ("Its `launched_config.yaml` differs from `difficulty_seed1`'s in the seed and the Ray "
             "address only") in flat
-    rest = start.drop(columns=[run.name, "random_seed2", "bots_seed0"])
+    rest = start.drop(columns=[run.name, *_later(7)])
     loaded, passed = "`train`: config loaded", "`train`: preflight passed"
     assert rest.loc[loaded].nunique() == 1 and ours[loaded] > rest.loc[loaded].max()
     assert (f"config loaded at {ours[loaded]:.2f} minutes ({rest.loc[loaded].max():.2f} in the "
@@ -2323,7 +2349,7 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
         "random_qwen_seed2: Training at step 10 finished\n[06:43:02] 1 run(s)")
     assert f"and {whole:.1f} (`random_seed2`, from a compile cache on a slower H100)" in flat
     # the six runs of its day (the third arm's first came in stretch 9)
-    start = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0).drop(columns="bots_seed0")
+    start = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0).drop(columns=_later(8))
     ends = start.loc["train command ends"]
     assert ends.idxmax() == run.name and ends.drop(run.name).max() < ends[run.name]
     # held-out accuracy: the pair of seed 2 and the cut run of this seed
@@ -2473,7 +2499,7 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
     # step time on a slower machine: every phase, and the start on its CPUs
     phases = _assert_step_time(flat, run)
     others = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0).drop(
-        columns=[run.name, "bots_seed0"])
+        columns=[run.name, *_later(8)])
     assert (phases > others.max(axis=1)).all()
     step = others.loc["whole step (log: one explore start to the next)"]
     assert f"(median steps {step.min():.1f}-{step.max():.1f} s)" in flat
@@ -2518,10 +2544,10 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
     assert "tool-call rate 0 at every step of every run" in flat
     spread = {sel: np.std(finals[sel], ddof=1) for sel in finals}
     assert (f"({min(finals['random']):.3f}-{max(finals['random']):.3f} at step 16, standard "
-            f"deviation {spread['random']:.3f}; `difficulty_based`'s {spread['difficulty']:.3f}),"
-            f" three seeds a selector can tell a difference of about {2 * ours_v['se']:.2f} from "
-            "the "
-            "seeds' noise at two standard errors") in flat
+            f"deviation {spread['random']:.3f}; `difficulty_based`'s {spread['difficulty']:.3f},"
+            ) in flat
+    assert (f"three seeds a selector can tell a difference of about {2 * ours_v['se']:.2f} from "
+            "the seeds' noise at two standard errors") in flat
     # GPU time per stretch: the README's table is run_facts.device_time's
     per_stretch = run_facts.device_time(QWEN_EXPERIMENT)
     rows = _table_rows((QWEN_EXPERIMENT / "README.md").read_text(), len(per_stretch.columns))
@@ -2562,7 +2588,7 @@ def test_every_runs_first_batch_is_its_selectors_own_draw():
         return found
 
     runs = run_facts.run_folders([QWEN_EXPERIMENT])
-    assert len(runs) == 7
+    assert len(runs) == 9
     firsts = []
     for run in runs:
         driver = run_facts.run_selector(run, paths.ARITHMETIC_QWEN_DIR)
@@ -2572,19 +2598,49 @@ def test_every_runs_first_batch_is_its_selectors_own_draw():
             for _ in range(14):
                 driver.get_indices(16)
             assert sorted(driver.get_indices(16)) == rows(run, 16), run.name
-    assert len({tuple(f) for f in firsts}) == 7    # seven seeds and selectors, seven batches
+    assert len({tuple(f) for f in firsts}) == 9    # nine seeds and selectors, nine batches
     flat = _flat(QWEN_EXPERIMENT)
-    assert ("the selector of each of the seven runs draws first the 16 tasks its run trained on at "
+    assert ("the selector of each of the nine runs draws first the 16 tasks its run trained on at "
             "step 1 (`samples.jsonl`), and each `random` selector's sixteenth draw is the 16 of "
             "its step 16") in flat
 
 
+def test_runs_that_kept_their_pass_rates_replay_every_batch_and_the_saved_state():
+    """For each run whose ``buffer_tasks.csv`` came back, the selector rebuilt from its launched
+    config and fed those pass rates step by step draws all 16 of the run's batches, and ends in
+    the very state the run saved: Trinity feeds a step back before the next draw."""
+    kept = [run for run in run_facts.run_folders([QWEN_EXPERIMENT])
+            if (run / run_facts.BUFFER_TASKS).is_file()]
+    assert [run.name for run in kept] == ["bots_seed1", "bots_seed2"]
+    train = tasks.read_split(paths.ARITHMETIC_QWEN_DIR, "train")
+    for run in kept:
+        replay, driver = run_facts.replay_selector(run, paths.ARITHMETIC_QWEN_DIR)
+        assert replay["step"].tolist() == list(range(1, 17)), run.name
+        assert (replay["same tasks"] == replay["tasks"]).all() and (replay["tasks"] == 16).all()
+        fed = pd.read_csv(run / run_facts.BUFFER_TASKS)
+        batches = run_facts.kept_batches(run, train)
+        for step in (1, 16):   # the table's tasks are the ones samples.jsonl saved replies to
+            assert sorted(fed.query("step == @step")["task_index"]) == sorted(batches[step])
+        saved = run_facts.saved_selector(run, paths.ARITHMETIC_QWEN_DIR).state_dict()
+        replayed = driver.state_dict()
+        assert sorted(replayed) == sorted(saved)
+        for key, value in saved.items():
+            assert np.array_equal(np.asarray(replayed[key]), np.asarray(value)), (run.name, key)
+    flat = _flat(QWEN_EXPERIMENT)
+    assert ("for both runs it draws the 16 tasks the run trained on at every one of the 16 steps, "
+            "and ends in the state the run saved in `explorer_meta.json`") in flat
+    top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
+    assert ("their selector, replayed on a CPU with the pass rates the runs fed it, draws every "
+            "batch they trained on and ends in the state they saved") in top
+
+
 def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
     """Stretch 9: the device time of its calls, and what ``bots_seed0`` holds: the package's
-    selector in Trinity's run and the beliefs it saved, the levels its batches drew, its held-out accuracy beside its
-    seed's two other runs and the cut run, the verdict's one-seed row, the batches, the
-    effective task ratio, the replies, the step split, the memory and the start-up; the opening
-    paragraph and the top README say the same."""
+    selector in Trinity's run and the beliefs it saved, the levels its batches drew, its
+    held-out accuracy beside its seed's two other runs and the cut run, the verdict's one-seed
+    row, the batches, the effective task ratio, the replies, the step split, the memory and the
+    start-up, each over the seven runs of its day; the top README says the same (the opening
+    paragraph of its day gave way to the arm's three seeds, stretch 10)."""
     flat, top, whole, run, follow, ours = _open_stretch(
         9, (4, 12), "bots_seed0", "bots_qwen_seed0: Explore step 4\n[07:44:17] 1 run(s)",
         "bots_qwen_seed0: Explore step 12\n[07:52:00] 1 run(s)", "vllm_cache_bots_qwen_seed0.tgz")
@@ -2655,7 +2711,9 @@ def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
     assert max(r[level] for r in lasts["difficulty"]) < last[level] < min(
         r[level] for r in lasts["random"])
     # held-out accuracy: the highest of the seven, beside its seed's two other runs
-    start_runs = [p.name for p in run_facts.run_folders([QWEN_EXPERIMENT])]
+    # the seven runs of its day (the arm's seeds 1 and 2 came in stretch 10)
+    start_runs = [p.name for p in run_facts.run_folders([QWEN_EXPERIMENT])
+                  if p.name not in _later(9)]
     accuracy = {name: results.read_run(QWEN_EXPERIMENT / name).dropna(subset=["eval_accuracy"])
                 .set_index("step")["eval_accuracy"] for name in start_runs}
     assert len(accuracy) == 7
@@ -2669,15 +2727,11 @@ def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
             f"seven runs at both (the other six at most {best[8]:.3f} and {best[16]:.3f}: "
             f"{margin[8]:.3f} and {margin[16]:.3f} below, inside the bound on the difference of "
             f"two evaluations, {bound:.4f})") in flat
-    assert (f"the highest of the seven runs at both, though by {margin[8]:.3f} and "
-            f"{margin[16]:.3f} only, inside the bound on the difference of two evaluations "
-            f"({bound:.4f})") in flat
     for baseline, name, said in (("random", "random_seed0", "`random` seed 0's"),
                                  ("difficulty_based", "difficulty_seed0",
                                   "`difficulty_based` seed 0's")):
         pair = run_facts.paired_evaluations(QWEN_EXPERIMENT, studied="bots",
-                                            baseline=baseline).set_index("step")
-        assert pair["seed"].tolist() == [0, 0]
+                                            baseline=baseline).query("seed == 0").set_index("step")
         z = {k: float(pair.at[k, "z (size at least)"]) for k in (8, 16)}
         se = {k: pair.at[k, "evaluation SE, at most"] for k in (8, 16)}
         theirs = accuracy[name]
@@ -2689,7 +2743,7 @@ def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
             f"{mine[8] - cut:.3f} below this one") in flat
     assert mine[8] - cut < (mine[8] - accuracy["difficulty_seed0"][8]) / 2   # "mostly that run's"
     # the verdict: one seed, no standard error; named best on that one seed
-    evidence = verdict.gather({"qwen": QWEN_EXPERIMENT})
+    evidence = [_of_their_day(verdict.gather({"qwen": QWEN_EXPERIMENT})[0], 9)]
     row = verdict.evidence_table(evidence).set_index("selector").loc["bots"]
     assert row["seeds"] == 1 and np.isnan(row["se"]) and np.isnan(row["z"])
     assert (f"reads `bots` at {row['eval_final']:.3f}, {row['vs_random']:+.3f} over `random`'s "
@@ -2705,27 +2759,15 @@ def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
     assert (f"rollout accuracy {fl['rollout accuracy, first 4']} over the first four steps, "
             f"{fl['rollout accuracy, last 4']} over the last four, {rollout:.3f} over all "
             "16") in flat
-    others = per_seed.drop(("bots", 0))
+    others = per_seed.drop(index="bots", level="selector")
     d, r = others.loc["difficulty_based"], others.loc["random"]
-    assert (f"rollout accuracy {rollout:.3f} over its 16 steps ({fl['rollout accuracy, last 4']} "
-            f"over the last four; `difficulty_based` {d['rollout_accuracy'].min():.2f}-"
-            f"{d['rollout_accuracy'].max():.2f}, `random` {r['rollout_accuracy'].min():.2f}-"
-            f"{r['rollout_accuracy'].max():.2f}), and by step 16 tasks the base policy solved "
-            f"{_pct(last)} of the time ({spans(lasts['difficulty'], rate, pct)} % in "
-            f"`difficulty_based`'s step 16, {spans(lasts['random'], rate, pct)} % in "
-            "`random`'s)") in flat
     # nearer the target than the others, but not plainly more often mixed
     assert abs(rollout - 0.5) < min(abs(others["rollout_accuracy"] - 0.5))
     assert d["etr"].min() < etr.mean() < d["etr"].max() == d.at[0, "etr"]
-    assert (f"effective task ratio {etr.mean():.3f}, inside `difficulty_based`'s "
-            f"{d['etr'].min():.3f}-{d['etr'].max():.3f} ({d.at[0, 'etr']:.3f} in its seed 0)") \
-        in flat
     last4 = {name: results.read_run(QWEN_EXPERIMENT / name).set_index("step")[
         "effective_task_ratio"].iloc[-4:].mean() for name in start_runs if name != run.name}
     last4 = {name: value for name, value in last4.items() if not np.isnan(value)}
     assert etr[-4:].mean() > max(last4.values())
-    assert (f"over its last four steps {etr[-4:].mean():.2f}, above every other run's "
-            f"({min(last4.values()):.2f}-{max(last4.values()):.2f})") in flat
     by = {sel: [v for n, v in last4.items() if n.startswith(sel)]
           for sel in ("difficulty", "random")}
     assert (f"Over the last four steps the other runs had {min(by['difficulty']):.2f}-"
@@ -2752,12 +2794,12 @@ def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
     # step time, between the two runs on slower machines; the start on the CPUs
     _assert_step_time(flat, run)
     step = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0).loc[
-        "whole step (log: one explore start to the next)"]
+        "whole step (log: one explore start to the next)", start_runs]
     assert step["difficulty_seed2"] < step[run.name] < step["random_seed2"]
     assert (f"between `difficulty_seed2` ({step['difficulty_seed2']:.1f} s) and `random_seed2` "
             f"({step['random_seed2']:.1f} s)") in flat
     assert step.drop(run.name).nlargest(2).index.tolist() == ["random_seed2", "difficulty_seed2"]
-    start = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)
+    start = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)[start_runs]
     passed = start.loc["`train`: preflight passed"]
     assert (f"passed its preflight at {passed[run.name]:.2f} minutes "
             f"({passed.drop(run.name).min():.2f}-{passed.drop(run.name).max():.2f} in the "
@@ -2765,7 +2807,7 @@ def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
     # memory: the most of the seven, the same in use
     _assert_experiment_memory(flat, run, 9)
     memory = pd.read_csv(QWEN_EXPERIMENT / "gpu_memory.csv", index_col=0).loc[
-        "run, all processes (sum at one time)"]
+        "run, all processes (sum at one time)", start_runs]
     assert memory.idxmax() == run.name
     assert (f"the most of the seven ({memory.drop(run.name).min():.1f}-"
             f"{memory.drop(run.name).max():.1f} in the others)") in flat
@@ -2784,26 +2826,12 @@ def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
     _assert_compiled_start(flat, run, ours, f"torch.compile {compiled[run.name]:.1f} s; "
                                             f"{min(anew):.1f}-{max(anew):.1f} s in the other "
                                             "runs that compiled anew")
-    # the opening paragraph, what the experiment did not do, the top README
-    assert (f"`bots_seed0` held {mine[8]:.3f} at step 8 and {mine[16]:.3f} at step 16, the "
-            "highest of the seven runs at both") in flat
-    pair_r, pair_d = (run_facts.paired_evaluations(QWEN_EXPERIMENT, studied="bots", baseline=b)
-                      .set_index("step") for b in ("random", "difficulty_based"))
-    r16, d16 = float(pair_r.at[16, "difference"]), float(pair_d.at[16, "difference"])
-    assert (f"at step 16 it is {r16:.3f} above `random` seed 0 and {d16:.3f} above "
-            f"`difficulty_based` seed 0, {float(pair_r.at[16, 'z (size at least)']):.1f} and "
-            f"{float(pair_d.at[16, 'z (size at least)']):.1f} times a bound") in flat
-    parted = [cut - accuracy["difficulty_seed0"][8],
-              results.read_run(QWEN_CUT / "random_seed2").set_index("step")["eval_accuracy"][8]
-              - accuracy["random_seed2"][8]]
-    assert max(r16, d16) < min(parted)   # "less than two runs of one seed have parted by"
+    # what the experiment did not do, the top README
     progress = run_facts.experiment_progress(QWEN_EXPERIMENT, paths.QWEN_EXPERIMENT_CONFIGS,
                                              paths.QWEN_EXPERIMENT_SEEDS)
     arm = progress[progress["selector"] == THIRD_ARM].set_index("seed")["last step explored"]
-    assert arm.tolist() == ["16 of 16", "not run yet (of 16)", "not run yet (of 16)"]
-    assert "one of its three runs (seed 0, stretch 9); seeds 1 and 2 are one stretch each" in flat
-    assert "has one run of its three" in flat and "has one run of its three" in top
-    assert "stretch 8; the third arm, one seed, none, stretch 9)" in flat
+    assert arm[0] == "16 of 16"
+    assert "stretch 8; the third arm, one seed, none, stretch 9;" in flat
     median = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0).at[
         "whole step (log: one explore start to the next)", run.name]
     assert (f"The third arm's seed 0 ({whole:.1f} minutes of device time, compiling anew, "
@@ -2811,6 +2839,226 @@ def test_the_experiments_ninth_stretch_is_the_third_arms_first_run():
             f"by step 16 its batches drew tasks the base policy solved {_pct(last)} of the time "
             f"({spans(lasts['difficulty'], rate, pct)} % under `difficulty_based`, "
             f"{spans(lasts['random'], rate, pct)} % under random)") in top
-    assert (f"seed 0 held {mine[8]:.3f} at step 8 and {mine[16]:.3f} at step 16, the highest of "
-            f"the seven runs at both, {r16:.3f} above random's and {d16:.3f} above "
-            "`difficulty_based`'s run of its seed at step 16") in top
+
+
+def test_the_experiments_tenth_stretch_is_the_third_arms_two_last_runs():
+    """Stretch 10: two runs one after the other on one machine, the device time of its calls,
+    and what ``bots_seed1`` and ``bots_seed2`` hold: held-out accuracy beside their seeds'
+    other runs, the verdict over three seeds of each arm, the batches and the levels of their
+    tasks, the effective task ratio, the replies, the saved beliefs, the step split, the memory
+    and the start-up; the opening paragraph, what the experiment did not do and the top README
+    say the same."""
+    flat = _flat(QWEN_EXPERIMENT)
+    top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
+    names = ("bots_seed1", "bots_seed2")
+    runs = [QWEN_EXPERIMENT / name for name in names]
+    # device time: an H100 at once, the parts, two runs of two calls each, given back
+    calls = pd.read_csv(QWEN_EXPERIMENT / "device_time.csv").query("stretch == 10")
+    after = calls["device_s_after"].tolist()
+    assert after == sorted(after) and (calls["card"] == "NVIDIA H100 80GB HBM3").all()
+    assert calls["calls"].tolist() == [1, 18, 1, 1, 1, 1, 0]
+    assert calls["for"].tolist()[2:6] == ["bots_seed1", "bots_seed1", "bots_seed2", "bots_seed2"]
+    first, second = (after[3]) / 60, (after[5] - after[3]) / 60
+    for said in (f"An H100 came at once ({after[0]:.1f} s of device time), and the 18 part calls "
+                 f"took the total to {after[1]:.1f} s", f"returned at {after[2]:.1f} s at step 8, "
+                 f"and a `wait` call brought `bots_qwen_seed1` back whole at {after[3]:.1f} s: "
+                 f"**{first:.1f} minutes** from the machine's start",
+                 f"With {(1800 - after[3]) / 60:.1f} minutes left and the machine warm",
+                 f"that call returned at {after[4]:.1f} s at step 8, and a `wait` call at "
+                 f"{after[5]:.1f} s with step 16 trained and its checkpoint saved: "
+                 f"**{second:.1f} minutes** after the first run's end",
+                 f"Given back at {after[6]:.1f} s, with {(1800 - after[6]) / 60:.1f} minutes left"):
+        assert said in flat, said
+    follow, ours = _assert_unfinished_run_start(flat, 10, runs[0])
+    took = re.findall(r"setup took (\d+) s", follow)
+    assert len(took) == 2 and int(took[1]) < int(took[0])    # the second set-up had less to do
+    assert "bots_qwen_seed1: Evaluation on eval-arithmetic-qwen at step 8\n[09:16:51] 1 run(s)" \
+        in follow
+    assert "bots_qwen_seed2: Training at step 8 finished\n[09:30:32] 1 run(s)" in follow
+    start = pd.read_csv(QWEN_EXPERIMENT / "startup.csv", index_col=0)
+    theirs = start[names[1]]
+    assert "Trainer finished" in (runs[1] / "train_log_excerpt.txt").read_text()
+    assert theirs["last step trained"] == theirs["train command ends"]
+    assert (f"(set-up {took[1]} s: the packages and the model were in place, and its Ray head "
+            "was its own)") in flat
+    assert (f"(from `train` to its end {theirs['train command ends']:.2f} minutes, step 1 at "
+            f"{theirs['step 1 starts']:.2f})") in flat
+    assert (f"its second {first:.1f} (`bots_seed1`, compiling anew) and its third {second:.1f} "
+            "more on the same machine") in flat
+    # held-out accuracy, beside each seed's two other runs
+    accuracy = {name: results.read_run(QWEN_EXPERIMENT / name).dropna(subset=["eval_accuracy"])
+                .set_index("step")["eval_accuracy"] for name in JOINED}
+    one, two = accuracy["bots_seed1"], accuracy["bots_seed2"]
+    assert (f"`bots_seed1` **{one[8]:.3f} at step 8** and **{one[16]:.3f} at step 16**, "
+            f"`bots_seed2` **{two[8]:.3f}** and **{two[16]:.3f}**") in flat
+    pairs = {b: run_facts.paired_evaluations(QWEN_EXPERIMENT, studied="bots", baseline=b)
+             .set_index(["seed", "step"]) for b in ("random", "difficulty_based")}
+    for seed in (1, 2):
+        for b, name in (("random", "random"), ("difficulty_based", "difficulty")):
+            pair = pairs[b].loc[seed]
+            acc = accuracy[f"{name}_seed{seed}"]
+            z = {k: float(pair.at[k, "z (size at least)"]) for k in (8, 16)}
+            named = (b, seed) == ("random", 1)    # the first pair names its steps
+            assert (f"`{b}` run ({acc[8]:.3f} and {acc[16]:.3f}) {pair.at[8, 'difference']}"
+                    f"{' at step 8' if named else ''} ({z[8]:.1f}") in flat, (seed, b)
+            assert (f"{pair.at[16, 'difference']}{' at step 16' if named else ''} "
+                    f"({z[16]:.1f})") in flat, (seed, b)
+    at16 = {b: pairs[b].xs(16, level="step")["difference"].astype(float) for b in pairs}
+    assert all((d > 0).all() for d in at16.values())    # ahead of both, in every seed
+    assert (f"by {at16['random'].min():.3f}-{at16['random'].max():.3f} and "
+            f"{at16['difficulty_based'].min():.3f}-{at16['difficulty_based'].max():.3f}") in flat
+    # the verdict: three seeds each
+    evidence = verdict.gather({"qwen": QWEN_EXPERIMENT})
+    table = verdict.evidence_table(evidence).set_index("selector")
+    assert (table["seeds"] == 3).all()
+    b, d, r = (table.loc[s] for s in ("bots", "difficulty_based", "random"))
+    finals = [accuracy[f"bots_seed{s}"][16] for s in (0, 1, 2)]
+    won = verdict.who_won(evidence).iloc[0]
+    assert (won["best"], won["best_seeds"], won["runner_up"]) == ("bots", 3, "difficulty_based")
+    assert max(b["z"], d["z"], won["best_vs_runner_up_z"]) < 2
+    assert (f"`bots` **{b['eval_final']:.3f}** ({min(finals):.3f}-{max(finals):.3f}), "
+            f"`difficulty_based` {d['eval_final']:.3f}, `random` {r['eval_final']:.3f} at step "
+            f"16. `bots` is {b['vs_random']:+.3f} over `random`, {b['z']:.1f} standard errors over "
+            f"seeds, and the best of the three, {won['best_vs_runner_up_z']:.1f} standard errors "
+            f"over `difficulty_based`; `difficulty_based` over `random` is unchanged "
+            f"({d['vs_random']:+.3f}, {d['z']:.1f})") in flat
+    assert (f"the third arm with three, {b['z']:.1f} over `random` and "
+            f"{won['best_vs_runner_up_z']:.1f} over `difficulty_based`, stretch 10)") in flat
+    # the batches: near the target, as no other run was
+    per_seed = pd.read_csv(QWEN_EXPERIMENT / "per_seed.csv").set_index(["selector", "seed"])
+    arm, rest = per_seed.loc["bots"], per_seed.drop(index="bots", level="selector")
+    assert abs(arm["rollout_accuracy"] - 0.5).max() < abs(rest["rollout_accuracy"] - 0.5).min()
+    fl = {run.name: run_facts.first_last(results.read_run(run), window=4).iloc[0] for run in runs}
+    f1, f2 = fl.values()
+    for run in runs:
+        steps = _assert_batch_rewards(flat, run)
+        etr = _trinity_etr(run)
+        assert etr.tolist() == steps["effective_task_ratio"].tolist()
+    assert (f"Rollout accuracy {f1['rollout accuracy, first 4']} and "
+            f"{f2['rollout accuracy, first 4']} over the first four steps, "
+            f"{f1['rollout accuracy, last 4']} and {f2['rollout accuracy, last 4']} over the last "
+            f"four, {arm.at[1, 'rollout_accuracy']:.3f} and {arm.at[2, 'rollout_accuracy']:.3f} "
+            f"over all 16 (seed 0: {arm.at[0, 'rollout_accuracy']:.3f})") in flat
+    levels = _experiment_levels()
+    l1 = [levels.loc[(name, 1)] for name in names]
+    l16 = [levels.loc[(name, 16)] for name in names]
+    s0 = levels.loc[("bots_seed0", 16)]
+    lv = "mean difficulty"
+    assert (f"(its 16 tasks of mean level {l1[0][lv]:.2f} and {l1[1][lv]:.2f}, base pass rate "
+            f"{_pct(l1[0])} and {_pct(l1[1])}); at step 16 it served tasks of mean level "
+            f"{l16[0][lv]:.2f} and {l16[1][lv]:.2f}, {_pct(l16[0])} and {_pct(l16[1])} (seed 0: "
+            f"{s0[lv]:.2f}, {_pct(s0)})") in flat
+    summary = pd.read_csv(QWEN_EXPERIMENT / "summary.csv").set_index("selector")["etr_mean"]
+    etr_last4 = [_trinity_etr(run).iloc[-4:].mean() for run in QWEN_EXPERIMENT.glob("bots_seed*")]
+    assert (f"{arm.at[1, 'etr']:.3f} and {arm.at[2, 'etr']:.3f} over the 16 steps, so the arm's "
+            f"mean ({summary['bots']:.3f}) is level with `difficulty_based`'s "
+            f"({summary['difficulty_based']:.3f}), above `random`'s ({summary['random']:.3f}); "
+            f"over the last four steps {_trinity_etr(runs[0]).iloc[-4:].mean():.2f} and "
+            f"{_trinity_etr(runs[1]).iloc[-4:].mean():.2f}, so seed 0's "
+            f"{_trinity_etr(QWEN_EXPERIMENT / 'bots_seed0').iloc[-4:].mean():.2f} is not the "
+            "arm's") in flat
+    assert max(etr_last4) == _trinity_etr(QWEN_EXPERIMENT / "bots_seed0").iloc[-4:].mean()
+    assert (f"Replies from {f1['reply tokens, first 4']} to {f1['reply tokens, last 4']} tokens "
+            f"and from {f2['reply tokens, first 4']} to {f2['reply tokens, last 4']}; KL to the "
+            f"start {f1['KL, last 4']} and {f2['KL, last 4']} over the last four steps") in flat
+    # the replies
+    for run in runs:
+        _assert_replies(flat, run)
+    # the saved beliefs
+    drivers = [run_facts.saved_selector(run, paths.ARITHMETIC_QWEN_DIR) for run in runs]
+    nxt = [np.mean(dr.dataset.select(run_facts.saved_selector(
+        run, paths.ARITHMETIC_QWEN_DIR).get_indices(16))["difficulty"]) for dr, run in
+        zip(drivers, runs, strict=True)]
+    seed0 = run_facts.saved_selector(QWEN_EXPERIMENT / "bots_seed0", paths.ARITHMETIC_QWEN_DIR)
+    assert (f"capability coefficients {drivers[0].capability():.2f} and "
+            f"{drivers[1].capability():.2f} (seed 0: {seed0.capability():.2f}); the batch each "
+            f"would draw at step 17 has a mean level of {nxt[0]:.2f} and {nxt[1]:.2f}") in flat
+    # step time: two of the four fastest; seed 0's machine slower in every part
+    phases = pd.read_csv(QWEN_EXPERIMENT / "phase_times.csv", index_col=0)
+    whole = "whole step (log: one explore start to the next)"
+    p1, p2 = phases[names[0]], phases[names[1]]
+    assert (f"median **{p1[whole]:.1f} s** and **{p2[whole]:.1f} s** (training "
+            f"{p1['training step']:.2f} and {p2['training step']:.2f} s, weight sync "
+            f"{p1['weight sync']:.2f} and {p2['weight sync']:.2f} s, rollout phase "
+            f"{p1['rollout phase']:.2f} and {p2['rollout phase']:.2f} s)") in flat
+    evals = [results.read_scalars(run).query("tag == 'time/eval'").set_index("step")["value"]
+             for run in runs]
+    assert (f"the evaluations took {evals[0][8]:.0f} and {evals[0][16]:.0f} s, and "
+            f"{evals[1][8]:.0f} and {evals[1][16]:.0f} s") in flat
+    parts = ["training step", "weight sync", "rollout phase", "evaluation"]
+    ratios = phases.loc[parts, "bots_seed0"] / phases.loc[parts, list(names)].max(axis=1)
+    assert (f"every part of its step took {ratios.min():.1f}-{ratios.max():.1f} times as long") \
+        in flat
+    fastest = phases.loc[whole].nsmallest(4)
+    assert set(names) <= set(fastest.index)
+    assert (f"These two are of the four fastest of the nine, with `random_seed1` "
+            f"({fastest['random_seed1']:.1f} s) and `difficulty_seed1` "
+            f"({fastest['difficulty_seed1']:.1f} s)") in flat
+    # memory: each run's processes, the trainer's own, the GPU's in each run's window
+    memory = pd.read_csv(QWEN_EXPERIMENT / "gpu_memory.csv", index_col=0)
+    m1, m2 = memory[names[0]], memory[names[1]]
+    peaks = [_memory_peaks(run) for run in runs]
+    assert (f"at most **{m1['run, all processes (sum at one time)']:.1f} GiB** and "
+            f"**{m2['run, all processes (sum at one time)']:.1f} GiB** at one time (the trainer "
+            f"{m1['trainer (FSDP actor + reference)']:.1f} and "
+            f"{m2['trainer (FSDP actor + reference)']:.1f}, the vLLM worker "
+            f"{m1['vLLM engine worker']:.1f} each; the trainer's own `max_memory_reserved_gb` "
+            f"{peaks[0][0]:.1f} and {peaks[1][0]:.1f}, at most {peaks[0][1]:.1f} and "
+            f"{peaks[1][1]:.1f} in use)") in flat
+    assert m1["vLLM engine worker"] == m2["vLLM engine worker"]
+    gpu = pd.read_csv(QWEN_EXPERIMENT / "gpu_stretch10.csv", header=None)
+    used = gpu[1].str.replace(" MiB", "").astype(int)
+    second_start = pd.Timestamp("2026-12-06 09:22:41")   # the second call's first line
+    assert "[09:22:41] PYTHONDONTWRITEBYTECODE=1" in follow
+    when = pd.to_datetime(gpu[0])
+    assert (f"the GPU at most {used[when < second_start].max():,} and "
+            f"{used[when >= second_start].max():,} MiB of 81,559") in flat
+    # start-up: compiling anew, the runners made at once
+    compiled = _compile_seconds(names)
+    for run in runs:
+        assert "runner_prepare_concurrency: 16" in (run / "launched_config.yaml").read_text()
+    s1, s2 = start[names[0]], start[names[1]]
+    assert s1["step 1 starts"] == s2["step 1 starts"] == ours["step 1 starts"]
+    assert s1["vLLM engine ready"] == s2["vLLM engine ready"]
+    assert _runners_after_models(s1) == pytest.approx(_runners_after_models(s2))
+    assert (f"step 1 at {s1['step 1 starts']:.2f} minutes after `train` in both, compiling anew "
+            f"(torch.compile {compiled[names[0]]:.1f} and {compiled[names[1]]:.1f} s) with the 16 "
+            f"workflow runners made at once: the trainer's workers ready at "
+            f"{s1['trainer workers ready']:.2f} and {s2['trainer workers ready']:.2f}, vLLM at "
+            f"{s1['vLLM engine ready']:.2f}, the runners {_runners_after_models(s1):.2f} minutes "
+            "after the models") in flat
+    # the opening paragraph
+    rolls = per_seed.loc["bots", "rollout_accuracy"]
+    dr, rr = per_seed.loc["difficulty_based", "rollout_accuracy"], per_seed.loc[
+        "random", "rollout_accuracy"]
+    zs = pd.concat([pairs[k].xs(16, level="step")["z (size at least)"].astype(float)
+                    for k in pairs])
+    assert zs.nlargest(2).iloc[1] <= 1.6 < zs.max()
+    assert pairs["random"].loc[(2, 16), "z (size at least)"] == f"{zs.max():+.1f}"
+    assert (f"At step 16 `bots` held {finals[0]:.3f}, {finals[1]:.3f} and {finals[2]:.3f} (mean "
+            f"{b['eval_final']:.3f}), against `difficulty_based`'s {d['eval_final']:.3f} and "
+            f"`random`'s {r['eval_final']:.3f}: {b['vs_random']:+.3f} over `random` ({b['z']:.1f} "
+            f"standard errors over seeds) and {b['eval_final'] - d['eval_final']:+.3f} over "
+            f"`difficulty_based` ({won['best_vs_runner_up_z']:.1f})") in flat
+    assert (f"Its batches sat near its target (rollout accuracy {rolls.min():.3f}-"
+            f"{rolls.max():.3f} over the 16 steps; `difficulty_based` {dr.min():.2f}-"
+            f"{dr.max():.2f}, `random` {rr.min():.2f}-{rr.max():.2f})") in flat
+    # what the experiment did not do: every planned run exists; the power
+    progress = run_facts.experiment_progress(QWEN_EXPERIMENT, paths.QWEN_EXPERIMENT_CONFIGS,
+                                             paths.QWEN_EXPERIMENT_SEEDS)
+    assert (progress["last step explored"] == "16 of 16").all() and len(progress) == 9
+    assert "as a third arm, three seeds" not in flat
+    assert (f"`bots`' {np.std(finals, ddof=1):.3f}), three seeds a selector can tell a "
+            f"difference of about") in flat
+    assert (f"the largest difference measured, `bots` over `random`, is {b['vs_random']:.3f}"
+            ) in flat
+    assert b["vs_random"] == table["vs_random"].max()
+    # the top README
+    assert (f"has its three seeds too: {finals[0]:.3f}, {finals[1]:.3f} and {finals[2]:.3f} at "
+            f"step 16, {b['eval_final']:.3f} on average, ahead of random by {b['vs_random']:.3f} "
+            f"and of `difficulty_based` by {b['eval_final'] - d['eval_final']:.3f}, "
+            f"{b['z']:.1f} standard errors over seeds each") in top
+    assert round(b["z"], 1) == round(won["best_vs_runner_up_z"], 1)
+    assert (f"Its seeds 1 and 2 ran one after the other on one machine ({first:.1f} and "
+            f"{second:.1f} minutes of device time, compiling anew, {p1[whole]:.1f} and "
+            f"{p2[whole]:.1f} s a step) and held {one[16]:.3f} and {two[16]:.3f} at step 16") in top

@@ -571,10 +571,11 @@ def test_saved_selector_refuses_in_one_line_what_it_cannot_rebuild(tmp_path):
 
 
 def test_replay_selector_draws_a_runs_batches_from_the_pass_rates_it_was_fed(tmp_path):
-    """A stand-in for a GPU run's ``buffer_tasks.csv`` (no committed run has one yet): the
-    third arm's selector, built from ``bots_seed0``'s launched config, draws four batches and is
-    fed made-up pass rates, written as ``buffer_samples.py`` writes them. The replay draws the
-    same tasks at every step and ends in the same state; a task the run did not draw shows."""
+    """A stand-in for a GPU run's ``buffer_tasks.csv`` (``bots_seed0`` was collected before
+    the table was written): the third arm's selector, built from that run's launched config,
+    draws four batches and is fed made-up pass rates, written as ``buffer_samples.py`` writes
+    them. The replay draws the same tasks at every step and ends in the same state; a task the
+    run did not draw shows."""
     run = tmp_path / "run"
     run.mkdir()
     shutil.copy(QWEN_BOTS / "launched_config.yaml", run)
@@ -610,3 +611,37 @@ def test_replay_selector_draws_a_runs_batches_from_the_pass_rates_it_was_fed(tmp
         run_facts.replay_selector(run, paths.ARITHMETIC_QWEN_DIR)
     with pytest.raises(results.RunError, match="buffer_tasks.csv: no such file"):
         run_facts.replay_selector(QWEN_BOTS, paths.ARITHMETIC_QWEN_DIR)
+
+
+def test_replays_say_which_runs_selection_the_fed_pass_rates_explain(tmp_path):
+    """``run_facts.replays``: the committed runs that kept their pass rates replay whole (every
+    task of every batch, the saved state); a stand-in whose saved state is another step's says
+    False, one that saved its position only None, one whose table has a task the selector did
+    not draw counts it; runs without the table are left out."""
+    qwen = paths.RESULTS_DIR / "trinity_qwen"
+    table = run_facts.replays(run_facts.run_folders([qwen]), paths.ARITHMETIC_QWEN_DIR)
+    assert table.columns.tolist() == list(run_facts.REPLAY_COLUMNS)
+    assert table.to_dict("list") == {"run": ["bots_seed1", "bots_seed2"], "steps": [16, 16],
+                                     "tasks": [256, 256], "drawn by the replay": [256, 256],
+                                     "state as saved": [True, True]}
+    # stand-ins: the first three steps of bots_seed1, with the state it saved after 16
+    run = tmp_path / "bots_seed1"
+    shutil.copytree(qwen / "bots_seed1", run)
+    fed = pd.read_csv(run / run_facts.BUFFER_TASKS)
+    fed[fed["step"] <= 3].to_csv(run / run_facts.BUFFER_TASKS, index=False)
+    position = tmp_path / "position_only"
+    shutil.copytree(run, position)
+    (position / "explorer_meta.json").write_text(json.dumps(
+        {"latest_iteration": 3, "taskset_states": [{"current_index": 48}]}))
+    swapped = tmp_path / "swapped"
+    shutil.copytree(run, swapped)
+    first = fed[fed["step"] <= 3].copy()    # a task of step 3 the selector did not draw
+    first.loc[first.index[-1], "task_index"] = next(
+        i for i in range(4400) if i not in set(fed["task_index"]))
+    first.to_csv(swapped / run_facts.BUFFER_TASKS, index=False)
+    table = run_facts.replays([qwen / "bots_seed0", run, position, swapped],
+                              paths.ARITHMETIC_QWEN_DIR).set_index("run")
+    assert table.index.tolist() == ["bots_seed1", "position_only", "swapped"]
+    assert (table["steps"] == 3).all() and (table["tasks"] == 48).all()
+    assert table["drawn by the replay"].tolist() == [48, 48, 47]
+    assert table["state as saved"].tolist() == [False, None, False]
