@@ -343,8 +343,8 @@ def run_selector(run: str | Path, taskset: str | Path):
 
 
 def _saved_state(run: str | Path) -> dict:
-    """The taskset selector's state Trinity run folder ``run`` saved (``explorer_meta.json``),
-    refused in one line when the file or the state is missing."""
+    """The taskset selector state that Trinity run folder ``run`` saved
+    (``explorer_meta.json``), refused in one line when the file or the state is missing."""
     meta = Path(run) / "explorer_meta.json"
     try:
         return json.loads(meta.read_text())["taskset_states"][0]
@@ -378,14 +378,16 @@ def saved_selector(run: str | Path, taskset: str | Path):
 BUFFER_TASKS = "buffer_tasks.csv"
 
 
-def replay_selector(run: str | Path, taskset: str | Path):
+def replay_selector(run: str | Path, taskset: str | Path, lag: int = 0):
     """Replay the selection of Trinity run folder ``run`` on a CPU: :func:`run_selector` draws
     each step's batch, and after it is fed the pass rates that ``pass_rate_calculator`` fed the
     run's selector (the run's ``buffer_tasks.csv``, in the operator's order). Returns the table
     (per step: ``tasks`` in the run's batch, ``same tasks`` the replay drew of them) and the
     selector after the last step, whose state a run that saved one (:func:`saved_selector`)
-    can be set beside. Refused in one line: no table (a run collected before it was written),
-    a table without its columns, tasks without a task index."""
+    can be set beside. ``lag`` feeds each step's pass rates that many steps late, as a
+    selector fed before its next draw would not be (the selector returned then lacks the last
+    ``lag`` steps). Refused in one line: no table (a run collected before it was written), a
+    table without its columns, tasks without a task index."""
     file = Path(run) / BUFFER_TASKS
     try:
         fed = pd.read_csv(file, dtype={"taskset": str})
@@ -399,13 +401,15 @@ def replay_selector(run: str | Path, taskset: str | Path):
         raise RunError(f"{file}: every row needs the task's index in one taskset (the buffer's "
                        "experiences had no info['task_index'], or came from several tasksets)")
     driver = run_selector(run, taskset)
-    rows = []
+    rows, waiting = [], []
     for step, batch in fed.groupby("step", sort=True):
         logged = batch["task_index"].astype(int).tolist()
         drawn = driver.get_indices(len(logged))
         rows.append({"step": int(step), "tasks": len(logged),
                      "same tasks": len(set(drawn) & set(logged))})
-        driver.feedback(logged, batch["pass_rate"].astype(float).tolist())
+        waiting.append((logged, batch["pass_rate"].astype(float).tolist()))
+        while len(waiting) > lag:
+            driver.feedback(*waiting.pop(0))
     return pd.DataFrame(rows, columns=["step", "tasks", "same tasks"]), driver
 
 
@@ -419,7 +423,8 @@ def replays(runs: Iterable[str | Path], taskset: str | Path) -> pd.DataFrame:
     of them the replay drew (``drawn by the replay``; all of them when the run's selection is
     its seed and the pass rates alone), and ``state as saved``: whether the replayed selector
     ends in the state the run saved (None for a selector that saves its position only). Runs
-    without the table are left out."""
+    without the table are left out; one with the table but no saved state
+    (``explorer_meta.json``) is refused in one line."""
     rows = []
     for run in map(Path, runs):
         if not (run / BUFFER_TASKS).is_file():
@@ -427,9 +432,9 @@ def replays(runs: Iterable[str | Path], taskset: str | Path) -> pd.DataFrame:
         table, driver = replay_selector(run, taskset)
         same = None
         if "alphas" in _saved_state(run):
-            saved, mine = saved_selector(run, taskset).state_dict(), driver.state_dict()
-            same = sorted(saved) == sorted(mine) and all(
-                np.array_equal(np.asarray(mine[key]), np.asarray(value))
+            saved, replayed = saved_selector(run, taskset).state_dict(), driver.state_dict()
+            same = sorted(saved) == sorted(replayed) and all(
+                np.array_equal(np.asarray(replayed[key]), np.asarray(value))
                 for key, value in saved.items())
         rows.append(dict(zip(REPLAY_COLUMNS, (run.name, len(table), int(table["tasks"].sum()),
                                               int(table["same tasks"].sum()), same),

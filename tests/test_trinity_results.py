@@ -2626,9 +2626,18 @@ def test_runs_that_kept_their_pass_rates_replay_every_batch_and_the_saved_state(
         assert sorted(replayed) == sorted(saved)
         for key, value in saved.items():
             assert np.array_equal(np.asarray(replayed[key]), np.asarray(value)), (run.name, key)
+    # fed one step late, the replay loses the run's batches from step 2 on
+    late = [run_facts.replay_selector(run, paths.ARITHMETIC_QWEN_DIR, lag=1)[0]
+            .set_index("step")["same tasks"] for run in kept]
+    assert all(t[1] == 16 for t in late)
+    later = pd.concat([t.drop(1) for t in late])
+    assert later.max() <= 5
     flat = _flat(QWEN_EXPERIMENT)
     assert ("for both runs it draws the 16 tasks the run trained on at every one of the 16 steps, "
             "and ends in the state the run saved in `explorer_meta.json`") in flat
+    assert (f"Fed one step late instead (`replay_selector(..., lag=1)`), the replay draws only "
+            f"{later.min()}-{later.max()} of the 16 tasks of each later batch") in flat
+    assert "(fed one step late, it draws almost none of them)" in flat
     top = " ".join((paths.REPO_ROOT / "README.md").read_text().split())
     assert ("their selector, replayed on a CPU with the pass rates the runs fed it, draws every "
             "batch they trained on and ends in the state they saved") in top
@@ -3040,14 +3049,18 @@ def test_the_experiments_tenth_stretch_is_the_third_arms_two_last_runs():
             f"`random`'s {r['eval_final']:.3f}: {b['vs_random']:+.3f} over `random` ({b['z']:.1f} "
             f"standard errors over seeds) and {b['eval_final'] - d['eval_final']:+.3f} over "
             f"`difficulty_based` ({won['best_vs_runner_up_z']:.1f})") in flat
-    assert (f"Its batches sat near its target (rollout accuracy {rolls.min():.3f}-"
-            f"{rolls.max():.3f} over the 16 steps; `difficulty_based` {dr.min():.2f}-"
-            f"{dr.max():.2f}, `random` {rr.min():.2f}-{rr.max():.2f})") in flat
+    assert (f"Its batches averaged near its target (rollout accuracy {rolls.min():.3f}-"
+            f"{rolls.max():.3f} over the 16 steps, rising through it; `difficulty_based` "
+            f"{dr.min():.2f}-{dr.max():.2f}, `random` {rr.min():.2f}-{rr.max():.2f})") in flat
+    for name in JOINED:   # "rising through it": below the target early, above it late
+        if name.startswith(THIRD_ARM):
+            rising = run_facts.first_last(results.read_run(QWEN_EXPERIMENT / name), window=4)
+            assert float(rising.iloc[0]["rollout accuracy, first 4"]) < 0.5 < float(
+                rising.iloc[0]["rollout accuracy, last 4"]), name
     # what the experiment did not do: every planned run exists; the power
     progress = run_facts.experiment_progress(QWEN_EXPERIMENT, paths.QWEN_EXPERIMENT_CONFIGS,
                                              paths.QWEN_EXPERIMENT_SEEDS)
     assert (progress["last step explored"] == "16 of 16").all() and len(progress) == 9
-    assert "as a third arm, three seeds" not in flat
     assert (f"`bots`' {np.std(finals, ddof=1):.3f}), three seeds a selector can tell a "
             f"difference of about") in flat
     assert (f"the largest difference measured, `bots` over `random`, is {b['vs_random']:.3f}"
@@ -3059,6 +3072,7 @@ def test_the_experiments_tenth_stretch_is_the_third_arms_two_last_runs():
             f"and of `difficulty_based` by {b['eval_final'] - d['eval_final']:.3f}, "
             f"{b['z']:.1f} standard errors over seeds each") in top
     assert round(b["z"], 1) == round(won["best_vs_runner_up_z"], 1)
-    assert (f"Its seeds 1 and 2 ran one after the other on one machine ({first:.1f} and "
-            f"{second:.1f} minutes of device time, compiling anew, {p1[whole]:.1f} and "
-            f"{p2[whole]:.1f} s a step) and held {one[16]:.3f} and {two[16]:.3f} at step 16") in top
+    assert (f"Its seeds 1 and 2 ran one after the other on one machine ({first:.1f} minutes of "
+            f"device time from its start and {second:.1f} more, compiling anew, {p1[whole]:.1f} "
+            f"and {p2[whole]:.1f} s a step) and held {one[16]:.3f} and {two[16]:.3f} at step 16"
+            ) in top

@@ -635,13 +635,23 @@ def test_replays_say_which_runs_selection_the_fed_pass_rates_explain(tmp_path):
         {"latest_iteration": 3, "taskset_states": [{"current_index": 48}]}))
     swapped = tmp_path / "swapped"
     shutil.copytree(run, swapped)
+    seen = set(fed["task_index"])
     first = fed[fed["step"] <= 3].copy()    # a task of step 3 the selector did not draw
-    first.loc[first.index[-1], "task_index"] = next(
-        i for i in range(4400) if i not in set(fed["task_index"]))
+    first.loc[first.index[-1], "task_index"] = next(i for i in range(4400) if i not in seen)
     first.to_csv(swapped / run_facts.BUFFER_TASKS, index=False)
-    table = run_facts.replays([qwen / "bots_seed0", run, position, swapped],
+    # all 16 steps, one pass rate of the last one changed: every batch, not the saved state
+    changed = tmp_path / "changed"
+    shutil.copytree(qwen / "bots_seed1", changed)
+    last = fed.copy()
+    last.loc[last.index[-1], "pass_rate"] = 1.0 - last.loc[last.index[-1], "pass_rate"]
+    last.to_csv(changed / run_facts.BUFFER_TASKS, index=False)
+    table = run_facts.replays([qwen / "bots_seed0", run, position, swapped, changed],
                               paths.ARITHMETIC_QWEN_DIR).set_index("run")
-    assert table.index.tolist() == ["bots_seed1", "position_only", "swapped"]
-    assert (table["steps"] == 3).all() and (table["tasks"] == 48).all()
-    assert table["drawn by the replay"].tolist() == [48, 48, 47]
-    assert table["state as saved"].tolist() == [False, None, False]
+    assert table.index.tolist() == ["bots_seed1", "position_only", "swapped", "changed"]
+    assert table["steps"].tolist() == [3, 3, 3, 16]
+    assert table["drawn by the replay"].tolist() == [48, 48, 47, 256]
+    assert table["state as saved"].tolist() == [False, None, False, False]
+    # a table without the state it would be set beside: one line
+    (changed / "explorer_meta.json").unlink()
+    with pytest.raises(results.RunError, match="explorer_meta.json: no such file"):
+        run_facts.replays([changed], paths.ARITHMETIC_QWEN_DIR)
