@@ -386,8 +386,10 @@ def replay_selector(run: str | Path, taskset: str | Path, lag: int = 0):
     selector after the last step, whose state a run that saved one (:func:`saved_selector`)
     can be set beside. ``lag`` feeds each step's pass rates that many steps late, as a
     selector fed before its next draw would not be (the selector returned then lacks the last
-    ``lag`` steps). Refused in one line: no table (a run collected before it was written), a
-    table without its columns, tasks without a task index."""
+    ``lag`` steps). Refused in one line: a negative lag, no table (a run collected before it
+    was written), a table without its columns, tasks without a task index."""
+    if lag < 0:
+        raise RunError(f"replay_selector: lag {lag}: a step's pass rates cannot come before it")
     file = Path(run) / BUFFER_TASKS
     try:
         fed = pd.read_csv(file, dtype={"taskset": str})

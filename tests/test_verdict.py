@@ -611,6 +611,8 @@ def test_replay_selector_draws_a_runs_batches_from_the_pass_rates_it_was_fed(tmp
         run_facts.replay_selector(run, paths.ARITHMETIC_QWEN_DIR)
     with pytest.raises(results.RunError, match="buffer_tasks.csv: no such file"):
         run_facts.replay_selector(QWEN_BOTS, paths.ARITHMETIC_QWEN_DIR)
+    with pytest.raises(results.RunError, match="lag -1: a step's pass rates cannot come"):
+        run_facts.replay_selector(run, paths.ARITHMETIC_QWEN_DIR, lag=-1)
 
 
 def test_replays_say_which_runs_selection_the_fed_pass_rates_explain(tmp_path):
