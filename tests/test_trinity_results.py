@@ -1915,11 +1915,6 @@ def test_the_runs_a_stretch_brought_are_the_folders_runs():
         assert calls.query("`for` == @name")["stretch"].max() == stretch, name
 
 
-def _two_selectors(ev: verdict.Evidence) -> verdict.Evidence:
-    """The experiment's evidence without the third arm: the verdict as it stood before it."""
-    return dataclasses.replace(ev, table=ev.table[ev.table["selector"] != THIRD_ARM])
-
-
 def _compile_seconds(names) -> dict[str, float]:
     """Seconds of vLLM's torch.compile in each experiment run of ``names``, from its log."""
     return {name: float(re.search(r"torch\.compile took ([\d.]+) s", (
@@ -2146,8 +2141,7 @@ def test_the_experiments_sixth_stretch_is_what_its_calls_run_and_tables_hold():
             f"**{pair.at[16, 'difference']} at step 16** ({abs(z16):.1f} times "
             f"{pair.at[16, 'evaluation SE, at most']})") in flat
     # the verdict as it stood with seeds 0 and 1 of each selector
-    ev = _two_selectors(verdict.gather({"qwen": QWEN_EXPERIMENT})[0])
-    both = dataclasses.replace(ev, table=ev.table[ev.table["seed"].isin([0, 1])])
+    both = _of_their_day(verdict.gather({"qwen": QWEN_EXPERIMENT})[0], 6)
     table = verdict.evidence_table([both]).set_index("selector")
     assert table["seeds"].tolist() == [2, 2] and (table["eval_step"] == 16).all()
     ours_v, base = table.loc["difficulty_based"], table.loc["random"]
@@ -2256,9 +2250,8 @@ def test_the_experiments_seventh_stretch_is_what_its_calls_run_and_tables_hold()
     gap = mine[8] - cut[8]
     assert (f"held {cut[8]:.3f} at step 8, {gap:.3f} below this run, {gap / bound:.1f} times the "
             f"bound on the difference of two evaluations ({bound:.4f})") in flat
-    ev = _two_selectors(verdict.gather({"qwen": QWEN_EXPERIMENT})[0])
-    then = ev.table[(ev.table["selector"] != "random") | (ev.table["seed"] != 2)]
-    table = verdict.evidence_table([dataclasses.replace(ev, table=then)]).set_index("selector")
+    then = _of_their_day(verdict.gather({"qwen": QWEN_EXPERIMENT})[0], 7)
+    table = verdict.evidence_table([then]).set_index("selector")
     assert table.loc["difficulty_based", "seeds"] == 3 and table.loc["random", "seeds"] == 2
     ours_v, base = table.loc["difficulty_based"], table.loc["random"]
     assert abs(ours_v["z"]) < 1 and (table["eval_step"] == 16).all()
@@ -2389,8 +2382,8 @@ def test_the_experiments_eighth_stretch_is_what_its_calls_run_and_tables_hold():
             f"the start {kl8:.3f} here, {cut['kl_loss'][8]:.3f} there)") in flat
     assert kl8 > cut["kl_loss"][8]
     # the verdict over all six runs
-    table = verdict.evidence_table([_two_selectors(verdict.gather(
-        {"qwen": QWEN_EXPERIMENT})[0])]).set_index("selector")
+    table = verdict.evidence_table([_of_their_day(verdict.gather(
+        {"qwen": QWEN_EXPERIMENT})[0], 8)]).set_index("selector")
     assert (table["seeds"] == 3).all() and (table["eval_step"] == 16).all()
     ours_v, base = table.loc["difficulty_based"], table.loc["random"]
     assert abs(ours_v["z"]) < 2
