@@ -39,6 +39,9 @@ The fixes:
   it as soon as that actor is made, beside the trainer's constructor; the launcher's later
   ``prepare()`` call gets that same result. Everything else the launcher does is unchanged.
   Not a fix of upstream behaviour, so it stays off unless asked for.
+* ``trinity-ipc-sync`` (a speed lever, only with ``MATHAGENT_IPC_SYNC=1``): Trinity-RFT 0.6.0
+  syncs a colocated trainer's weights to vLLM through the CPU in float32; the lever sends CUDA
+  IPC handles of bfloat16 copies instead (:mod:`mathagent.ipc_weights`), on one GPU only.
 """
 
 from __future__ import annotations
@@ -265,6 +268,41 @@ def _apply_trinity_early_explorer() -> bool:
     return True
 
 
+# --------------------------------------------------------------------------------------
+# trinity-rft 0.6.0: colocated weight sync through the CPU (a speed lever)
+# --------------------------------------------------------------------------------------
+
+#: Set to 1 to apply ``trinity-ipc-sync`` (in ``train`` and every Ray worker of the run).
+IPC_SYNC_ENV = "MATHAGENT_IPC_SYNC"
+
+
+def _ipc_sync_unwanted() -> str | None:
+    if os.environ.get(IPC_SYNC_ENV) != "1":
+        return f"a speed lever, applied only with {IPC_SYNC_ENV}=1"
+    return None
+
+
+def _apply_trinity_ipc_sync() -> bool:
+    from trinity.trainer.verl import fsdp_engine
+
+    from mathagent import ipc_weights
+
+    original = fsdp_engine.fsdp_upload_state_dict
+
+    def fsdp_upload_state_dict(engine, synchronizer, global_step, logger):
+        import torch
+
+        if torch.distributed.get_world_size() != 1:  # handles serve one GPU shared by both
+            return original(engine, synchronizer, global_step, logger)
+        return ipc_weights.upload_state_dict(engine, synchronizer, global_step, logger)
+
+    fsdp_upload_state_dict.__doc__ = original.__doc__
+    return _replace(fsdp_engine, "fsdp_upload_state_dict", fsdp_upload_state_dict)
+
+
+#: The environment variables that turn the levers on; ``train`` passes them to every Ray worker.
+LEVER_ENVS = (EARLY_EXPLORER_ENV, IPC_SYNC_ENV)
+
 FIXES: tuple[Fix, ...] = (
     Fix(name="trinity-colocate", package="trinity-rft", versions=("0.6.0",),
         upstream="agentscope-ai/Trinity-RFT#602",
@@ -282,6 +320,12 @@ FIXES: tuple[Fix, ...] = (
         summary="start-up lever: the explorer's prepare() starts as soon as its actor is made",
         module="trinity.cli.launcher", apply=_apply_trinity_early_explorer,
         condition=_early_explorer_unwanted),
+    Fix(name="trinity-ipc-sync", package="trinity-rft", versions=("0.6.0",),
+        upstream="Trinity-RFT 0.6.0 trainer/verl/fsdp_engine.py fsdp_upload_state_dict: "
+                 "colocated weights travel through the CPU in float32",
+        summary="speed lever: the trainer sends CUDA IPC handles of its bfloat16 weights",
+        module="trinity.trainer.verl.fsdp_engine", apply=_apply_trinity_ipc_sync,
+        condition=_ipc_sync_unwanted),
 )
 
 

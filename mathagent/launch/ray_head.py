@@ -432,13 +432,14 @@ def ray_state_file() -> Path:
 def worker_runtime_env(checked_config: Any) -> dict[str, Any]:
     """The Ray ``runtime_env`` of the run: Trinity's own env vars, this process's ``NCCL_*``,
     ``TORCH_SYMM_MEM_*`` and ``NVSHMEM_*`` variables (NVLink multicast settings reach every
-    worker), this package importable in every worker, and :mod:`mathagent.compat`'s fixes
+    worker) and the opt-in levers of :mod:`mathagent.compat` (:data:`~mathagent.compat.LEVER_ENVS`),
+    this package importable in every worker, and :mod:`mathagent.compat`'s fixes
     applied in every worker process."""
-    from mathagent.compat import WORKER_SETUP_HOOK
+    from mathagent.compat import LEVER_ENVS, WORKER_SETUP_HOOK
 
     env = dict(checked_config.get_envs())
     for name, value in os.environ.items():
-        if name.startswith(("NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_")):
+        if name.startswith(("NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_")) or name in LEVER_ENVS:
             env.setdefault(name, value)
     pythonpath = [str(paths.REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(
         os.pathsep) if p and p != str(paths.REPO_ROOT)]

@@ -703,12 +703,14 @@ def test_worker_runtime_env_passes_nvlink_multicast_settings_on(tmp_path, monkey
     for name, value in multicast_off.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("MATHAGENT_UNRELATED_SETTING", "1")
+    monkeypatch.setenv("MATHAGENT_IPC_SYNC", "1")  # a lever of mathagent.compat: passed on
     plan = launch.load_plan(FULL, work_dir=tmp_path)
     config = copy.deepcopy(plan.config)
     config.cluster.ray_address = "10.0.0.1:6379"
     env_vars = launch.worker_runtime_env(config)["env_vars"]
     assert {k: env_vars.get(k) for k in multicast_off} == multicast_off
     assert "MATHAGENT_UNRELATED_SETTING" not in env_vars
+    assert env_vars["MATHAGENT_IPC_SYNC"] == "1"
     assert env_vars["RAY_ADDRESS"] == "10.0.0.1:6379"
     assert set(config.get_envs()) <= set(env_vars)
 
