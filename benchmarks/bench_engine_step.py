@@ -3,6 +3,7 @@ anchor, for runs with and without the speed levers.
 
     python benchmarks/bench_engine_step.py RUN_FOLDER... --anchor ANCHOR.json
         [--labels NAME...] [--out benchmarks/bench_engine_step.md]
+        [--same-learning FAST_RUN REFERENCE_RUN]
 
 Each RUN_FOLDER is a Trinity-RFT run laid out as the results folders are (event files under
 ``monitor/``, ``timings.json`` with the start-up milestones, peak GPU memory per role and the
@@ -16,6 +17,13 @@ costs: CUDA graphs of new shapes, allocator growth), in seconds, and its ratio t
 matching figure: training phases to the anchor's update of 128 sequences in micro-batches of 8,
 the reference log-prob pass to half its two passes, the weight sync to its device-to-device
 copy of every weight. Start-up in minutes from ``train``; peak GPU memory per role in GiB.
+
+``--same-learning FAST_RUN REFERENCE_RUN`` adds whether the fast settings change what is
+learned: the held-out accuracy of both runs at every step both evaluated, their difference and
+the bound on a difference of two evaluations (two standard errors of the difference of two
+means over n = tasks x runs 0/1 outcomes), and a figure overlaying their policy loss, KL,
+entropy and rollout reward, step by step (``--figure``, default ``same_learning.png`` beside
+``--out``).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -43,6 +52,25 @@ PHASES: tuple[tuple[str, str, str | None], ...] = (
 MEMORY_TAGS = (("trainer allocator, GiB (max reserved)", "actor/perf/max_memory_reserved_gb"),
                ("trainer tensors, GiB (max allocated)", "actor/perf/max_memory_allocated_gb"))
 STARTUP = ("all workflow runners ready", "step 1 starts")
+#: The levers the "after" run turned on: (lever, its setting, the row it acts on). Each acts on
+#: one phase, so its effect is read from that row, before against after; the two of the update
+#: were turned on together, so their effect is one.
+LEVERS = (
+    ("micro-batches of 8 for the update (2 before) and no gradient checkpointing (the forward "
+     "recomputed in the backward before), together",
+     "trainer.trainer_config.actor.ppo_micro_batch_size_per_gpu=8 "
+     "trainer.trainer_config.model.enable_gradient_checkpointing=false", "trainer: actor update"),
+    ("micro-batches of 16 for the log-prob passes (4 before)",
+     "trainer.trainer_config.{ref,rollout}.log_prob_micro_batch_size_per_gpu=16",
+     "trainer: reference log-probs"),
+    ("weight sync through CUDA IPC handles (mathagent.compat trinity-ipc-sync)",
+     "MATHAGENT_IPC_SYNC=1", "weight sync"),
+)
+#: The goals of one run alone on one GPU at 16 x 8: (row, most allowed)
+GOALS = (("whole step (log: one explore start to the next)", 10.0),
+         ("trainer: whole training step", 5.0), ("weight sync", 1.0),
+         ("held-out evaluation (660 x 4)", 30.0), ("start-up: step 1 starts, min", 2.0),
+         ("peak GPU memory: run, all processes (sum at one time), GiB", 40.0))
 ANCHOR_MB = "mb8"
 
 
@@ -84,6 +112,20 @@ def ratios(column: pd.Series, anchor: dict) -> pd.Series:
     return pd.Series(out)
 
 
+def lever_and_goal_tables(frame: pd.DataFrame) -> str:
+    """One row per lever (the first and last columns: before and after) and one per goal."""
+    before, after = frame.columns[0], frame.columns[-1]
+    rows = [f"| lever | setting | acts on | {before} | {after} |", "| --- " * 5 + "|"]
+    for lever, setting, row in LEVERS:
+        rows.append(f"| {lever} | `{setting}` | {row} | {_fmt(frame.at[row, before])} | "
+                    f"{_fmt(frame.at[row, after])} |")
+    rows += ["", f"| goal | at most | {after} | met |", "| --- " * 4 + "|"]
+    for row, most in GOALS:
+        value = frame.at[row, after]
+        rows.append(f"| {row} | {most:g} | {_fmt(value)} | {'yes' if value <= most else 'no'} |")
+    return "\n".join(rows)
+
+
 def table(folders: list[Path], labels: list[str], anchor: dict) -> str:
     columns = {label: run_column(f) for label, f in zip(labels, folders, strict=True)}
     frame = pd.DataFrame(columns)
@@ -95,13 +137,68 @@ def table(folders: list[Path], labels: list[str], anchor: dict) -> str:
         cells = [_fmt(frame.at[name, lab]) for lab in labels]
         rcells = [_fmt(ratio_cols[lab].get(name, math.nan), "x") for lab in labels]
         lines.append(f"| {name} | {' | '.join(cells)} | {' | '.join(rcells)} |")
+    if len(labels) > 1:
+        lines += ["", "### The levers and the goals", "", lever_and_goal_tables(frame)]
     return "\n".join(lines)
 
 
 def _fmt(value: float, unit: str = "") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
-    return f"{value:.1f}{unit}" if unit else f"{value:.2f}"
+    if unit:
+        return f"{value:.1f}{unit}"
+    return f"{value:.0f}" if float(value).is_integer() and abs(value) >= 3 else f"{value:.2f}"
+
+
+#: Step-by-step curves the same-learning figure overlays: (title, Trinity tag)
+CURVES = (("policy loss", "actor/pg_loss"), ("KL to the reference", "actor/kl_loss"),
+          ("entropy", "actor/entropy_loss"), ("rollout reward (batch mean)", "critic/rewards/mean"))
+
+
+def held_out(folder: Path) -> tuple[pd.Series, int]:
+    """Held-out accuracy by step, and the number of 0/1 outcomes behind each (tasks x runs)."""
+    scalars = results.read_scalars(folder)
+    tags = results.eval_tags(set(scalars["tag"]))
+    if len(tags) != 1:
+        raise results.RunError(f"{folder}: {len(tags)} held-out tasksets; one expected")
+    tag = next(iter(tags.values()))
+    acc = scalars[scalars["tag"] == tag].set_index("step")["value"]
+    runs = int(results.EVAL_TAG.match(tag).group("k") or 1)
+    return acc, runs
+
+
+def same_learning(fast: Path, reference: Path, tasks: int, figure: Path | None) -> str:
+    """The held-out comparison (markdown) and, with ``figure``, the curves overlaid."""
+    a, runs = held_out(fast)
+    b, _ = held_out(reference)
+    n = tasks * runs
+    rows = ["| step | fast | reference | difference | bound (2 SE of the difference) | inside |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for step in sorted(set(a.index) & set(b.index)):
+        pa, pb = float(a[step]), float(b[step])
+        bound = 2 * math.sqrt(pa * (1 - pa) / n + pb * (1 - pb) / n)
+        rows.append(f"| {step} | {pa:.3f} | {pb:.3f} | {pa - pb:+.3f} | {bound:.3f} | "
+                    f"{'yes' if abs(pa - pb) <= bound else 'no'} |")
+    if figure is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from mathagent import plots
+
+        fig, axes = plt.subplots(1, len(CURVES), figsize=(4 * len(CURVES), 3))
+        for ax, (title, tag) in zip(axes, CURVES, strict=True):
+            for folder, label in ((reference, "reference"), (fast, "fast settings")):
+                s = results.read_scalars(folder)
+                s = s[s["tag"] == tag]
+                ax.plot(s["step"], s["value"], marker=".", label=label)
+            ax.set_title(title)
+            ax.set_xlabel("step")
+        axes[0].legend()
+        plots.save_figure(fig, figure.stem, figure.parent)
+        plt.close(fig)
+    return "\n".join(rows) + f"\n\nn = {tasks} tasks x {runs} runs per evaluation.\n"
 
 
 def anchor_lines(anchor: dict) -> str:
@@ -123,6 +220,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="JSON of benchmarks/engine_anchor.py from the same sitting")
     parser.add_argument("--labels", nargs="+", help="column names (default: folder names)")
     parser.add_argument("--out", type=Path, help="also write the markdown here")
+    parser.add_argument("--same-learning", nargs=2, type=Path, metavar=("FAST", "REFERENCE"),
+                        help="compare what a fast run learned with a reference run's")
+    parser.add_argument("--figure", type=Path, help="where the same-learning figure goes")
+    parser.add_argument("--eval-tasks", type=int, default=660,
+                        help="held-out tasks per evaluation (for the bound; default 660)")
     args = parser.parse_args(argv)
     labels = args.labels or [f.name for f in args.runs]
     if len(labels) != len(args.runs):
@@ -141,6 +243,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         body = table(args.runs, labels, anchor)
+        if args.same_learning:
+            where = args.out.parent if args.out else Path(".")
+            figure = args.figure or where / "same_learning.png"
+            fast, reference = args.same_learning
+            compared = same_learning(fast, reference, args.eval_tasks, figure)
+            body += (f"\n\n## Same learning: `{fast}` against `{reference}`\n\n{compared}"
+                     f"\n![curves]({os.path.relpath(figure, where)})\n")
     except results.RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

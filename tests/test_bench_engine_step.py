@@ -1,0 +1,67 @@
+"""benchmarks/bench_engine_step.py: the committed table is what the committed runs give, the
+same-learning bound is two standard errors of a difference, and bad input gets one line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+
+import pytest
+
+from mathagent import paths
+
+BENCH = paths.REPO_ROOT / "benchmarks"
+STEP = BENCH / "engine_step"
+ARGS = [str(STEP / "base" / "random_seed0"), str(STEP / "fast" / "random_seed0"),
+        "--anchor", str(STEP / "anchor.json"), "--labels", "before", "after",
+        "--same-learning", str(STEP / "fast" / "random_seed0"),
+        str(paths.REPO_ROOT / "results" / "trinity_qwen" / "random_seed0")]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_engine_step",
+                                                  BENCH / "bench_engine_step.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tables(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("|")]
+
+
+def test_the_committed_table_is_what_the_committed_runs_give(bench, tmp_path, capsys):
+    out = tmp_path / "bench.md"
+    assert bench.main([*ARGS, "--out", str(out), "--figure", str(tmp_path / "f.png")]) == 0
+    committed = (BENCH / "bench_engine_step.md").read_text()
+    assert _tables(out.read_text()) == _tables(committed)
+    assert (tmp_path / "f.png").stat().st_size > 10_000
+    rows = {line.split("|")[1].strip(): line for line in _tables(committed)}
+    assert "weight sync" in rows and "held-out evaluation (660 x 4)" in rows
+
+
+def test_the_same_learning_bound_is_two_standard_errors_of_a_difference(bench):
+    text = bench.same_learning(STEP / "fast" / "random_seed0",
+                               paths.REPO_ROOT / "results" / "trinity_qwen" / "random_seed0",
+                               660, None)
+    row = next(line for line in text.splitlines() if line.startswith("| 16 "))
+    _, step, fast, ref, diff, bound, inside, _ = (c.strip() for c in row.split("|"))
+    pa, pb, n = float(fast), float(ref), 660 * 4
+    assert float(bound) == pytest.approx(2 * math.sqrt(pa * (1 - pa) / n + pb * (1 - pb) / n),
+                                         abs=1e-3)
+    assert float(diff) == pytest.approx(pa - pb, abs=1e-3)
+    assert inside == ("yes" if abs(pa - pb) <= float(bound) else "no")
+
+
+def test_a_bad_anchor_or_run_folder_gets_one_line(bench, tmp_path, capsys):
+    bad = tmp_path / "anchor.json"
+    bad.write_text(json.dumps({"gpu": "x"}))
+    args = [str(STEP / "base" / "random_seed0"), "--anchor", str(bad)]
+    assert bench.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not an engine_anchor.py result" in err[0]
+    assert bench.main([str(tmp_path), "--anchor", str(STEP / "anchor.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no timings.json" in err[0]
