@@ -14,10 +14,10 @@ in the table. What is read:
 * a ``train-local`` run's ``samples.jsonl`` (:func:`saved_replies`, :func:`replies_report`):
   the replies it kept of its first and last steps, so a shortcut the numbers suggest can be read,
   and (:func:`batch_levels`) the levels of the tasks those steps drew;
-* an experiment's results folder (:func:`experiment_progress`, :func:`paired_evaluations`,
-  :func:`device_time`): which planned runs exist, a seed's two selectors side by side at each
-  evaluation, the difference against a bound on the evaluations' standard error (each run's
-  event files give its task count), and the GPU time each stretch took;
+* an experiment's results folder (:func:`experiment_progress`, :func:`paired_evaluations`):
+  which planned runs exist, a seed's two selectors side by side at each evaluation, and the
+  difference against a bound on the evaluations' standard error (each run's event files give
+  its task count);
 * a Trinity run's selector (:func:`run_selector`, :func:`saved_selector`,
   :func:`replay_selector`, :func:`beliefs_by_level`): rebuilt from the run's
   ``launched_config.yaml`` over the taskset, as the run started it; for the package's
@@ -211,46 +211,6 @@ def engine_timing(folder: str | Path) -> pd.Series:
         "a pair's two runs, peaks added, GiB": span(pair_peaks(memory), 0),
     }
     return pd.Series(facts, name=folder.name)
-
-
-def pilot_table(folder: str | Path) -> pd.DataFrame:
-    """One row per run of a pilot folder (runs of one selector and seed that differ in their
-    settings, ``results/trinity_h200_qwen_pilot/``): its learning rate and workflow runners
-    (from ``launched_config.yaml``), its last explore step, the held-out accuracy at each
-    evaluation (three decimals), the minutes from ``train`` to step 1, the median whole step
-    and the trainer's peak GPU memory."""
-    import yaml
-
-    from mathagent.results import read_run
-
-    folder = Path(folder)
-    start_file, phase_file = folder / "startup.csv", folder / "phase_times.csv"
-    memory_file = folder / "gpu_memory.csv"
-    start, phases, memory = _read_csv(start_file), _read_csv(phase_file), _read_csv(memory_file)
-    step1 = _row(start, "step 1 starts", start_file)
-    whole = _row(phases, "whole step", phase_file)
-    trainer = _row(memory, "trainer", memory_file)
-    rows = {}
-    for run in sorted(p.parent for p in folder.glob("*/params.json")):
-        launched = run / "launched_config.yaml"
-        if not launched.is_file():
-            raise RunError(f"{launched}: no such file")
-        config = yaml.safe_load(launched.read_text())
-        explorer = config.get("explorer", {})
-        table = read_run(run)
-        row = {"learning rate": f"{float(config['algorithm']['optimizer']['lr']):g}",
-               "workflow runners": f"{explorer.get('runner_per_model')} "
-                                   f"{explorer.get('concurrent_mode', 'sequential')}",
-               "last explore step": int(table["step"].max())}
-        for step, acc in table.dropna(subset=["eval_accuracy"])[["step", "eval_accuracy"]].values:
-            row[f"held-out accuracy, step {int(step)}"] = f"{acc:.3f}"
-        row["minutes to step 1"] = f"{step1[run.name]:.2f}"
-        row["whole step, s"] = fmt(whole[run.name])
-        row["trainer peak, GiB"] = f"{trainer[run.name]:.1f}"
-        rows[run.name] = row
-    if not rows:
-        raise RunError(f"{folder}: no run folder with a params.json")
-    return pd.DataFrame(rows).T.fillna("-")
 
 
 def experiment_progress(folder: str | Path, configs: Mapping[str, str | Path],
@@ -464,46 +424,6 @@ def beliefs_by_level(driver, level: str = "difficulty", next_batch: int = 16) ->
                                      **{"no success": ("no success", "sum")})
     out["next batch"] = picked.reindex(out.index, fill_value=0)
     return out.reset_index()
-
-
-#: Columns of a results folder's ``device_time.csv``: one row per call (or batch of calls) of a
-#: stretch of GPU time, with the device seconds the stretch had used when it returned.
-DEVICE_TIME_COLUMNS = ("stretch", "date", "card", "calls", "what", "for", "wall_s",
-                       "device_s_after")
-
-
-def device_time(folder: str | Path) -> pd.DataFrame:
-    """GPU time per stretch, from ``folder``'s ``device_time.csv``: the stretch's date, its calls,
-    how many of them found no machine (``card`` ``-``), the machines that came (a card per
-    ``machine start`` row, ``H100 x2`` for two), its device minutes (the total when its last
-    call returned) and what the calls were for, in order; a last row, ``all``, sums the calls
-    and the minutes. Refused in one line: no file, a column missing, a stretch whose totals go
-    down."""
-    file = Path(folder) / "device_time.csv"
-    table = _read_csv(file, index_col=None)
-    missing = [c for c in DEVICE_TIME_COLUMNS if c not in table.columns]
-    if missing:
-        raise RunError(f"{file}: no column {', '.join(missing)}")
-    rows = []
-    for stretch, calls in table.groupby("stretch", sort=True):
-        after = calls["device_s_after"].tolist()
-        if after != sorted(after):
-            raise RunError(f"{file}: stretch {stretch}'s device_s_after goes down")
-        started = calls[calls["what"].str.startswith("machine start")]["card"]
-        cards = started.str.extract(r"(H\d00)")[0].fillna(started).value_counts(sort=False)
-        rows.append({"stretch": str(stretch), "date": calls["date"].iloc[0],
-                     "calls": int(calls["calls"].sum()),
-                     "without a machine": int(calls.loc[calls["card"] == "-", "calls"].sum()),
-                     "machines": ", ".join(c if n == 1 else f"{c} x{n}" for c, n in cards.items())
-                     or "-",
-                     "device minutes": round(after[-1] / 60, 1),
-                     "for": ", ".join(dict.fromkeys(f for f in calls["for"] if f != "-"))})
-    out = pd.DataFrame(rows)
-    total = {"stretch": "all", "date": "", "calls": int(out["calls"].sum()),
-             "without a machine": int(out["without a machine"].sum()), "machines": "",
-             "device minutes": round(sum(table.groupby("stretch")["device_s_after"].max()) / 60,
-                                     1), "for": ""}
-    return pd.concat([out, pd.DataFrame([total])], ignore_index=True)
 
 
 def paired_evaluations(folder: str | Path, studied: str = "difficulty_based",

@@ -81,6 +81,8 @@ def test_numbers_of_several_evaluations_and_seeds_are_worked_out_by_hand(three_s
     assert d["z"] == pytest.approx(0.08 / se) and d["power"] == pytest.approx(2 * se)
     values = stats.named_values(exp, table)
     assert values["mean_random_step30"] == "0.250" and values["seeds_bots"] == "3"
+    assert (values["final_bots_seed1"], values["min_final"], values["max_final"]) == (
+        "0.410", "0.300", "0.450")
     assert values["z_bots_vs_random"] == f"{0.08 / se:+.1f}"
     b = stats.behaviour(table, exp.arm_names).set_index("arm")
     assert b.loc["bots", "window"] == 15
@@ -126,7 +128,7 @@ def test_runs_kept_as_one_table_and_numbers_of_files(tmp_path):
          interpretation="The mean rate is {rate}; random ends at {mean_random}.")
     page, _, _ = report.build(report.read_spec(tmp_path), "r")
     assert "| `random seed 0` | `random` | 0 | 60 |" in page
-    assert "| level | pass rate |\n| --- | --- |\n| 0 | 0.500 |" in page
+    assert "**Rates by level** (`f.csv`)\n\n| level | pass rate |\n| --- | --- |\n| 0 | 0.500 |" in page
     assert "The mean rate is 0.38; random ends at 0.200." in page
 
 
@@ -185,7 +187,7 @@ def test_missing_results_figures_are_drawn_and_a_check_names_them(three_seeds, c
     assert cli.main(["report", str(three_seeds)]) == 0
     assert (three_seeds / "training_curves.png").stat().st_size > 10_000
     page = (three_seeds / "README.md").read_text()
-    assert "![Held-out accuracy by step](training_curves.png)" in page
+    assert "![training_curves](training_curves.png)" in page and "*Held-out accuracy by step*" in page
     spec(three_seeds, figures={"other.png": "x"})
     assert cli.main(["report", str(three_seeds)]) == 2
     assert "other.png: no such figure" in capsys.readouterr().err
@@ -223,3 +225,21 @@ def test_what_each_notebook_did_is_read_from_the_tutorials_summary(tmp_path):
     page, _, _ = report.build(report.read_spec(tmp_path), "n")
     assert "| `01_data_preparation` | ok | 18.3 | 01 AIME-24 eval set |" in page
     assert "| `02_agent_and_judge` | ok | 122.1 | - |" in page
+
+
+# --------------------------------------------------------------------------------------
+# The committed pages
+# --------------------------------------------------------------------------------------
+
+FOLDERS = sorted(p for p in paths.RESULTS_DIR.iterdir() if p.is_dir())
+
+
+def test_every_results_folder_has_an_experiment_and_there_are_at_most_eight():
+    assert 0 < len(FOLDERS) <= 8
+    assert [f.name for f in FOLDERS if not (f / "experiment.yaml").is_file()] == []
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_every_committed_report_is_what_report_writes_now(folder):
+    report.write_report(folder, check=True)
+    assert len((folder / "README.md").read_text().split()) <= report.MAX_WORDS

@@ -183,28 +183,6 @@ def test_engine_timing_agrees_with_the_committed_tables():
     assert 0 < compile_lo <= compile_hi < init_lo
 
 
-def test_pilot_table_reads_each_runs_settings_and_evaluations():
-    table = run_facts.pilot_table(paths.RESULTS_DIR / "trinity_h200_qwen_pilot")
-    fast, slow = table.loc["async16_lr5e6"], table.loc["seq32_lr1e6"]
-    assert (fast["learning rate"], slow["learning rate"]) == ("5e-06", "1e-06")
-    assert (fast["workflow runners"], slow["workflow runners"]) == ("16 asynchronous",
-                                                                    "32 sequential")
-    run = results.read_run(paths.RESULTS_DIR / "trinity_h200_qwen_pilot" / "async16_lr5e6")
-    assert fast["held-out accuracy, step 20"] == f"{run['eval_accuracy'].dropna().iloc[-1]:.3f}"
-    assert slow["held-out accuracy, step 10"] == "-"  # it stopped before its second evaluation
-    assert float(fast["minutes to step 1"]) < float(slow["minutes to step 1"])
-
-
-def test_pilot_table_names_a_run_without_its_launched_config(tmp_path):
-    folder = paths.RESULTS_DIR / "trinity_h200_qwen_pilot"
-    for name in ("startup.csv", "phase_times.csv", "gpu_memory.csv"):
-        (tmp_path / name).write_bytes((folder / name).read_bytes())
-    (tmp_path / "async16_lr5e6").mkdir()
-    (tmp_path / "async16_lr5e6" / "params.json").write_text("{}")
-    with pytest.raises(results.RunError, match="launched_config.yaml: no such file"):
-        run_facts.pilot_table(tmp_path)
-
-
 # a plan of two selectors for the folders these tests make
 QWEN_CONFIGS = {"random": paths.CONFIGS_DIR / "config_random_qwen.yaml",
                 "difficulty_based": paths.CONFIGS_DIR / "config_difficulty_qwen.yaml"}
@@ -295,53 +273,6 @@ def _evaluated_run(folder, name: str, selector: str, seed: int, evals: dict) -> 
     monitor.close()
     (job / "params.json").write_text(json.dumps({"selector": selector, "seed": seed,
                                                  "eval_taskset": "arith"}))
-
-
-def _device_time_csv(folder, rows):
-    folder.mkdir(exist_ok=True)
-    pd.DataFrame(rows, columns=list(run_facts.DEVICE_TIME_COLUMNS)).to_csv(
-        folder / "device_time.csv", index=False)
-    return folder
-
-
-def test_device_time_gives_each_stretch_its_calls_machines_and_minutes(tmp_path):
-    """Per stretch: the calls, those without a machine, the machines that came (one per
-    ``machine start``), the device minutes when its last call returned, what it was for; a last
-    row sums calls and minutes over the stretches."""
-    folder = _device_time_csv(tmp_path / "r", [
-        (1, "2026-12-05", "-", 2, "no machine could be started", "a_seed0", 0.0, 181.0),
-        (1, "2026-12-05", "NVIDIA H200", 1, "machine start; bundle part00", "a_seed0", 0.4, 210.0),
-        (1, "2026-12-05", "-", 1, "no machine could be started", "b_seed0", 0.0, 300.0),
-        (1, "2026-12-05", "NVIDIA H100 80GB HBM3", 1, "machine start; bundle part00", "b_seed0",
-         0.3, 330.0),
-        (1, "2026-12-05", "NVIDIA H100 80GB HBM3", 3, "parts; set-up; train", "b_seed0", 600.0,
-         1500.0),
-        (1, "2026-12-05", "NVIDIA H100 80GB HBM3", 0, "given back", "-", 0.0, 1503.0),
-        (2, "2026-12-06", "NVIDIA H100 80GB HBM3", 1, "machine start; bundle part00", "c_seed1",
-         0.3, 30.0),
-        (2, "2026-12-06", "NVIDIA H100 80GB HBM3", 1, "machine start; bundle part00", "c_seed1",
-         0.3, 90.0),
-        (2, "2026-12-06", "NVIDIA H100 80GB HBM3", 0, "given back", "-", 0.0, 120.0)])
-    table = run_facts.device_time(folder)
-    assert table["stretch"].tolist() == ["1", "2", "all"]
-    assert table["calls"].tolist() == [8, 2, 10]
-    assert table["without a machine"].tolist() == [3, 0, 3]
-    assert table["machines"].tolist() == ["H200, H100", "H100 x2", ""]
-    assert table["device minutes"].tolist() == [25.1, 2.0, 27.1]
-    assert table["for"].tolist() == ["a_seed0, b_seed0", "c_seed1", ""]
-
-
-def test_device_time_refuses_a_missing_file_column_or_a_total_that_goes_down(tmp_path):
-    with pytest.raises(results.RunError, match="device_time.csv: no such file"):
-        run_facts.device_time(tmp_path)
-    (tmp_path / "device_time.csv").write_text("stretch,date,calls\n1,2026-12-05,1\n")
-    with pytest.raises(results.RunError, match="device_time.csv: no column card, what, for, "
-                                               "wall_s, device_s_after"):
-        run_facts.device_time(tmp_path)
-    _device_time_csv(tmp_path, [(3, "d", "-", 1, "no machine", "x", 0.0, 181.0),
-                                (3, "d", "-", 1, "no machine", "x", 0.0, 90.0)])
-    with pytest.raises(results.RunError, match="stretch 3's device_s_after goes down"):
-        run_facts.device_time(tmp_path)
 
 
 def test_paired_evaluations_put_a_seeds_two_runs_side_by_side(tmp_path):

@@ -26,7 +26,8 @@ Keys (``title`` and ``question`` always; the rest as the folder needs):
                     where missing)
 ``tables``          a list of ``{file: CSV, caption: TEXT, columns: {col: label}, decimals: N}``,
                     ``{runs: FOLDER, caption: TEXT}`` (the run folders under it, one row each)
-                    or ``{tutorial_log: FILE, caption: TEXT}`` (what each notebook did)
+                    ``{tutorial_log: FILE, caption: TEXT}`` (what each notebook did) or
+                    ``{text: FILE, caption: TEXT}`` (a short log, quoted as it is)
 ``values``          name -> ``{file: CSV or parquet, column: COL, stat: mean|min|max|sum|count,
                     decimals: N}``: numbers of files the prose cites
 ``answer``          the answer in a few sentences (the top README's answer block shows it)
@@ -48,6 +49,7 @@ SPEC = "experiment.yaml"
 #: Settings an experiment with arms must state.
 REQUIRED_SETTINGS = ("policy", "steps", "batch", "evaluation", "software")
 STATS = ("mean", "min", "max", "sum", "count")
+TABLE_KINDS = ("file", "runs", "tutorial_log", "text")
 KEYS = ("title", "question", "arms", "baseline", "seeds", "table", "start_point", "settings",
         "hardware", "figures", "tables", "values", "answer", "interpretation", "limitations")
 
@@ -143,9 +145,9 @@ def _tables(data: dict, where: str, folder: Path) -> tuple[dict, ...]:
     out = []
     for i, table in enumerate(tables):
         at = f"{where}: tables[{i}]"
-        kinds = [k for k in ("file", "runs", "tutorial_log") if isinstance(table, dict) and k in table]
+        kinds = [k for k in TABLE_KINDS if isinstance(table, dict) and k in table]
         if len(kinds) != 1:
-            raise ReportError(f"{at}: needs exactly one of file, runs, tutorial_log")
+            raise ReportError(f"{at}: needs exactly one of {', '.join(TABLE_KINDS)}")
         unknown = set(table) - {kinds[0], "caption", "columns", "decimals"}
         if unknown:
             raise ReportError(f"{at}: unknown key(s) {', '.join(sorted(unknown))}")

@@ -83,33 +83,39 @@ def read_runs(exp: Experiment) -> pd.DataFrame:
     return table
 
 
-def wall_minutes(folder: Path, run: pd.DataFrame) -> float:
-    """Minutes from ``train`` to its end (a Trinity run's ``timings.json``), else the sum of
-    the run's own step and evaluation times (``train-local``'s ``time_step_s`` and
-    ``time_eval_s``); NaN where neither is there."""
+#: Where a run's wall time comes from (:func:`wall_minutes`), as the page explains it.
+WALL_SOURCES = {"train": "from `train` to its end (Trinity-RFT)",
+                "steps": "the run's step and evaluation times added (`train-local`)"}
+
+
+def wall_minutes(folder: Path, run: pd.DataFrame) -> tuple[float, str | None]:
+    """Minutes from ``train`` to its end (a Trinity run's ``timings.json``: ``train``), else
+    the sum of the run's own step and evaluation times (``train-local``'s ``time_step_s`` and
+    ``time_eval_s``: ``steps``); NaN and None where neither is there."""
     timings = folder / "timings.json"
     if timings.is_file():
         start = json.loads(timings.read_text()).get("startup_min", {})
         for key in ("train command ends", "last step trained"):
             value = start.get(key)
             if value is not None and math.isfinite(float(value)):
-                return float(value)
+                return float(value), "train"
     columns = [c for c in ("time_step_s", "time_eval_s") if c in run]
     if columns and run[columns].notna().any().any():
-        return float(run[columns].sum().sum()) / 60
-    return math.nan
+        return float(run[columns].sum().sum()) / 60, "steps"
+    return math.nan, None
 
 
 def runs_table(exp: Experiment, table: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: ``run, arm, seed, steps`` (trained), ``gpu``, ``wall_min``."""
+    """One row per run: ``run, arm, seed, steps`` (trained), ``gpu``, ``wall_min`` and
+    ``wall_source`` (:data:`WALL_SOURCES`)."""
     rows = []
     for run, part in table.groupby("run", sort=False):
         trained = part.dropna(subset=["rollout_accuracy"])
+        wall, source = wall_minutes(exp.folder / str(run), part)
         rows.append({"run": run, "arm": part["selector"].iloc[0],
                      "seed": int(part["seed"].iloc[0]),
                      "steps": int(trained["step"].max()) if len(trained) else 0,
-                     "gpu": exp.gpu(str(run)),
-                     "wall_min": wall_minutes(exp.folder / str(run), part)})
+                     "gpu": exp.gpu(str(run)), "wall_min": wall, "wall_source": source})
     order = {name: i for i, name in enumerate(exp.arm_names)}
     out = pd.DataFrame(rows)
     return out.sort_values(["arm", "seed"], key=lambda c: c.map(order) if c.name == "arm" else c,
@@ -216,7 +222,8 @@ def named_values(exp: Experiment, table: pd.DataFrame | None) -> dict[str, str]:
     ``mean_<arm>``, ``se_<arm>``, ``seeds_<arm>``, ``min_<arm>``, ``max_<arm>`` (at the final
     step), ``mean_<arm>_step<k>`` (each evaluation), ``diff_<a>_vs_<b>``, ``se_<a>_vs_<b>``,
     ``z_<a>_vs_<b>``, ``power_<a>_vs_<b>``, ``rollout_<arm>``, ``etr_<arm>``, ``runs``,
-    ``final_step``, ``start_mean``, ``start_lo``, ``start_hi`` and the spec's ``values``."""
+    ``final_step``, ``final_<arm>_seed<n>`` (each run), ``min_final`` and ``max_final`` (over
+    all runs), ``length_<arm>_seed<n>`` (a run's reply tokens over its last quarter), ``start_mean``, ``start_lo``, ``start_hi`` and the spec's ``values``."""
     out = {name: f"{file_value(exp.folder, v):.{v['decimals']}f}" for name, v in exp.values.items()}
     if exp.start_point:
         from mathagent.results import StartPoint
@@ -231,6 +238,10 @@ def named_values(exp: Experiment, table: pd.DataFrame | None) -> dict[str, str]:
     seeds = per_seed(exp, table)
     step = final_step(table)
     out.update(runs=str(table["run"].nunique()), final_step=str(step))
+    if step is not None:
+        finals = seeds[step].dropna()
+        out.update(min_final=acc(finals.min()), max_final=acc(finals.max()))
+        out.update({f"final_{arm}_seed{seed}": acc(v) for (arm, seed), v in finals.items()})
     for row in arm_means(seeds).itertuples():
         out[f"mean_{row.arm}_step{row.step}"] = acc(row.mean)
         if row.step == step:
@@ -246,4 +257,9 @@ def named_values(exp: Experiment, table: pd.DataFrame | None) -> dict[str, str]:
                         f"z_{pair}": signed(row.z, 1), f"power_{pair}": se_text(row.power)})
     for row in behaviour(table, exp.arm_names).itertuples():
         out.update({f"rollout_{row.arm}": acc(row.rollout), f"etr_{row.arm}": acc(row.etr)})
+    if "response_length" in table:
+        for (arm, seed), run in table[table["step"] > 0].groupby(["selector", "seed"]):
+            last = int(run["step"].max())
+            tail = run[run["step"] > last - max(1, last // 4)]["response_length"].mean()
+            out[f"length_{arm}_seed{seed}"] = "-" if math.isnan(tail) else f"{tail:.0f}"
     return out
