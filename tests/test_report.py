@@ -206,7 +206,8 @@ def test_the_project_readmes_answer_block_is_written_between_its_markers(three_s
                                     "<!-- /report results/exp -->\nrest\n")
     assert cli.main(["report", str(folder)]) == 0
     text = (root / "README.md").read_text()
-    assert text.startswith("intro\n<!-- report results/exp: answer -->\nbots +0.080")
+    assert text.startswith("intro\n<!-- report results/exp: answer -->\n**A test experiment.**"
+                           "\n\nbots +0.080")
     assert "| `random` | 3 | 0.340 ± 0.023 |" in text and text.endswith("-->\nrest\n")
     assert "[`results/exp/`](results/exp/README.md)" in text
     (root / "README.md").write_text(text.replace("0.340", "0.345"))
@@ -243,3 +244,7 @@ def test_every_results_folder_has_an_experiment_and_there_are_at_most_eight():
 def test_every_committed_report_is_what_report_writes_now(folder):
     report.write_report(folder, check=True)
     assert len((folder / "README.md").read_text().split()) <= report.MAX_WORDS
+def test_the_project_readme_is_short_and_its_answer_block_comes_from_a_report():
+    text = (paths.REPO_ROOT / "README.md").read_text()
+    assert len(text.split()) <= 2000
+    assert "<!-- report results/" in text

@@ -243,7 +243,7 @@ def build(exp: Experiment, folder_name: str) -> tuple[str, str, pd.DataFrame | N
 def _block(exp: Experiment, table: pd.DataFrame | None, values: dict[str, str],
            folder_name: str) -> str:
     """The project README's answer block: the answer, the arms at the final step, a figure."""
-    lines = []
+    lines = [f"**{exp.title}.**", ""]
     if exp.answer:
         lines += [cite(exp.answer, values, f"{exp.folder / 'experiment.yaml'}: answer"), ""]
     if table is not None and values.get("final_step") not in (None, "None"):
