@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -109,6 +110,8 @@ def test_one_seed_has_no_standard_error_and_one_arm_no_differences(tmp_path):
     assert "| `random` | 1 | 0.200 ± n/a | 0.300 ± n/a |" in page
     assert "| `random` | 1 | not run | not run |" in page       # planned, no folder yet
     assert "## Differences" not in page and stats.named_values(exp, table)["se_random"] == "n/a"
+    assert report.progress(tmp_path).values.tolist() == [
+        ["random", 0, 60, "0.200", "0.300"], ["random", 1, "not run", "not run", "not run"]]
     make_run(tmp_path / "bots_seed0", "bots", 0, {0: 0.2, 60: 0.4})
     spec(tmp_path, seeds=[0])
     exp = report.read_spec(tmp_path)
@@ -156,12 +159,17 @@ def test_bad_input_is_one_line_naming_the_file_and_key(tmp_path, capsys, change,
     assert not (tmp_path / "README.md").exists()
 
 
-def test_the_same_arm_and_seed_twice_is_refused(tmp_path, capsys):
+def test_the_same_arm_and_seed_twice_and_a_bad_start_point_are_refused(tmp_path, capsys):
     make_run(tmp_path / "a", "random", 0, {60: 0.3})
     make_run(tmp_path / "b", "random", 0, {60: 0.3})
     spec(tmp_path, arms=("random",))
     assert cli.main(["report", str(tmp_path)]) == 2
     assert "random seed 0 twice (a, b)" in capsys.readouterr().err
+    shutil.rmtree(tmp_path / "b")
+    (tmp_path / "start.csv").write_text("run,step,eval_accuracy\nx,3,0.1\n")
+    spec(tmp_path, arms=("random",), start_point="start.csv")
+    assert cli.main(["report", str(tmp_path)]) == 2
+    assert "start.csv: not a start point written by draw" in capsys.readouterr().err
 
 
 def test_check_exits_1_in_one_line_when_the_page_differs_and_force_guards_hand_pages(

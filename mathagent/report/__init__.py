@@ -11,6 +11,7 @@ drift from its runs (``tests/test_report.py`` checks every folder under ``result
 from mathagent.report.commands import report_command, report_parser
 from mathagent.report.page import MAX_WORDS, StaleReport, build, write_report
 from mathagent.report.spec import Experiment, ReportError, read_spec
+from mathagent.report.stats import progress
 
-__all__ = ["MAX_WORDS", "Experiment", "ReportError", "StaleReport", "build", "read_spec",
-           "report_command", "report_parser", "write_report"]
+__all__ = ["MAX_WORDS", "Experiment", "ReportError", "StaleReport", "build", "progress",
+           "read_spec", "report_command", "report_parser", "write_report"]

@@ -89,13 +89,10 @@ def _run_sections(exp: Experiment, table: pd.DataFrame, values: dict[str, str]) 
     if sources:
         out += ["", "Wall time: " + "; ".join(sources) + "."]
     seeds = stats.per_seed(exp, table)
-    present = set(zip(table["selector"], table["seed"], strict=True))
-    rows = []
-    for (arm, seed), accs in seeds.iterrows():
-        ran = (arm, seed) in present
-        rows.append([_code(arm), seed, *(stats.acc(v) if ran else "not run" for v in accs)])
+    held_out = stats.progress_table(exp, table).drop(columns="steps trained")
+    held_out["arm"] = held_out["arm"].map(_code)
     out += ["", "## Held-out accuracy, seed by seed", "",
-            md_table(["arm", "seed", *(f"step {s}" for s in seeds.columns)], rows)]
+            md_table(list(held_out.columns), held_out.values.tolist())]
     if exp.start_point:
         out += ["", f"Step 0 was not evaluated by these runs: the weights every run starts from "
                 f"score {values['start_mean']} ({values['start_lo']}-{values['start_hi']}) "

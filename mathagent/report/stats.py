@@ -141,6 +141,29 @@ def per_seed(exp: Experiment, table: pd.DataFrame) -> pd.DataFrame:
     return wide.reindex(index=index, columns=eval_steps(table))
 
 
+def progress_table(exp: Experiment, table: pd.DataFrame) -> pd.DataFrame:
+    """Every planned run (each arm x each planned seed, and every seed run): ``arm``,
+    ``seed``, ``steps trained`` and the held-out accuracy at each evaluation (``step k``:
+    three decimals, ``-`` where the run made none), ``not run`` where it has no folder yet."""
+    seeds = per_seed(exp, table)
+    trained = table.dropna(subset=["rollout_accuracy"]).groupby(["selector", "seed"])["step"].max()
+    rows = []
+    for (arm, seed), accs in seeds.iterrows():
+        ran = (arm, seed) in trained.index
+        rows.append([arm, seed, int(trained[(arm, seed)]) if ran else "not run",
+                     *(acc(v) if ran else "not run" for v in accs)])
+    return pd.DataFrame(rows, columns=["arm", "seed", "steps trained",
+                                       *(f"step {s}" for s in seeds.columns)])
+
+
+def progress(results_dir: str | Path) -> pd.DataFrame:
+    """:func:`progress_table` of a results folder: where its experiment stands."""
+    from mathagent.report.spec import read_spec
+
+    exp = read_spec(results_dir)
+    return progress_table(exp, read_runs(exp))
+
+
 def final_step(table: pd.DataFrame) -> int | None:
     """The last evaluation every run that evaluated reached (None where none evaluated)."""
     evals = table.dropna(subset=["eval_accuracy"])
