@@ -96,7 +96,7 @@ def _run_sections(exp: Experiment, table: pd.DataFrame, values: dict[str, str]) 
     if exp.start_point:
         out += ["", f"Step 0 was not evaluated by these runs: the weights every run starts from "
                 f"score {values['start_mean']} ({values['start_lo']}-{values['start_hi']}) "
-                f"in runs with the same evaluation settings (`{exp.start_point}`)."]
+                f"in runs with the same evaluation settings (`{exp.start_point}` names them)."]
     means = stats.arm_means(seeds)
     if means.empty:
         return out
