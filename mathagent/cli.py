@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("mathagent.launch.commands", "Preflight and launch Trinity-RFT training (GPU)."),
     "train-local": ("mathagent.grpo.commands", "Tutorial-scale GRPO on a small model (CPU or one GPU)."),
     "plot": ("mathagent.results", "Read run folders and draw the results figures."),
+    "report": ("mathagent.report", "Write a results folder's README.md from its runs."),
 }
 
 

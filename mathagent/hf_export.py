@@ -12,7 +12,7 @@ start exactly on bfloat16 values, so a weight's bfloat16 copy stays put until it
 up to half a bfloat16 step (about 1e-4 for a weight of 0.05: ten steps of lr 1e-5 in one
 direction), and most of what training does stays invisible to the policy. The dequantised
 GGUF weights mostly lie between bfloat16 values (about 80% of them), so their updates show.
-Measured in results/trinity_h200_local_bf16/: from a bfloat16 start the local trainer's KL to
+Measured (docs/engineering.md): from a bfloat16 start the local trainer's KL to
 the initial model stays at 0.0013-0.0021 over 20 steps, like Trinity-RFT's, against 0.013-0.031
 from the float32 one.
 

@@ -28,14 +28,6 @@ SAMPLES_DIR = DATA_DIR / "samples"
 GURU_DIR = DATA_DIR / "guru_math"
 AIME24_DIR = DATA_DIR / "aime24"
 
-#: The experiment at the seed's scale (``results/trinity_qwen/``): each selector's config, in
-#: the order notebook 05's progress table lists them, and the seeds each is run with. ``bots``
-#: is the third arm, the package's ``BOTSSelector`` at ``target_reward`` 0.5.
-QWEN_EXPERIMENT_CONFIGS = {"random": CONFIGS_DIR / "config_random_qwen.yaml",
-                           "difficulty_based": CONFIGS_DIR / "config_difficulty_qwen.yaml",
-                           "bots": CONFIGS_DIR / "config_bots_qwen.yaml"}
-QWEN_EXPERIMENT_SEEDS = (0, 1, 2)
-
 
 #: Folder names under :func:`runs_dir`: ``train-local`` runs (``train_local/<stamp>-...``) and
 #: the short Trinity-RFT runs of one-GPU configs (``smoke/<config>``, also under a notebook's

@@ -85,12 +85,9 @@ def _selectors(table: pd.DataFrame, selectors: Sequence[str] | None) -> list[str
 
 def seed_band(table: pd.DataFrame, metric: str, band: str = "minmax",
               smooth: int = 1) -> pd.DataFrame:
-    """Per (selector, step): ``mean, lo, hi, n`` of ``metric`` over seeds.
-
-    Rows where ``metric`` is NaN are dropped first (so eval curves use eval steps only).
-    ``smooth > 1`` applies a trailing moving average of that many points within each seed
-    before aggregating.
-    """
+    """Per (selector, step): ``mean, lo, hi, n`` of ``metric`` over seeds, its NaN rows
+    dropped first (eval curves use eval steps only); ``smooth > 1``: a trailing moving
+    average of that many points within each seed before aggregating."""
     if band not in ("minmax", "std"):
         raise ValueError(f"band must be 'minmax' or 'std', not {band!r}")
     t = table.dropna(subset=[metric]).sort_values(["selector", "seed", "step"])
@@ -111,11 +108,9 @@ def plot_metric(table: pd.DataFrame, metric: str, ax=None, selectors: Sequence[s
                 band: str = "minmax", smooth: int = 1, colors: dict | None = None,
                 ylabel: str | None = None, legend: bool = True, styles: dict | None = None,
                 marker: str | None = None):
-    """One panel: ``metric`` over steps, a mean line and a seed band per selector.
-
+    """One panel: ``metric`` over steps, a mean line and a seed band per selector;
     ``styles``: selector -> line style (default :data:`SELECTOR_STYLES`, else solid);
-    ``marker``: a marker on every point (for metrics measured at a few steps).
-    """
+    ``marker``: a marker on every point (for metrics measured at a few steps)."""
     from matplotlib.ticker import MaxNLocator
 
     plt = _plt()
@@ -148,24 +143,12 @@ def plot_training_curves(table: pd.DataFrame, selectors: Sequence[str] | None = 
                          band: str = "minmax", smooth: int = 5, title: str | None = None,
                          eval_label: str = "eval accuracy", colors: dict | None = None,
                          start=None):
-    """The reference figure's two panels for every selector, mean line and seed band.
-
-    Left: rollout accuracy (mean reward of the selected tasks' rollouts) over steps,
-    smoothed over ``smooth`` steps; right: eval accuracy over the steps that have one.
-
-    Args:
-        table: tidy per-step table with ``selector, seed, step, rollout_accuracy,
-            eval_accuracy``.
-        selectors: which selectors, in legend order (default: all, first-seen order).
-        band: ``"minmax"`` or ``"std"`` over seeds.
-        smooth: moving-average window for the rollout panel (1: raw).
-        title: figure title.
-        eval_label: y label of the right panel (e.g. "AIME-24 accuracy").
-        colors: selector -> colour.
-        start: where runs that evaluate no step 0 start from
-            (:class:`mathagent.results.StartPoint`): drawn at step 0 on the right panel, its
-            range as an error bar, a dotted line from it to each selector's first evaluation.
-    """
+    """The reference figure's two panels for every selector (``selectors``, in legend order;
+    default all), mean line and seed band (``band``): left, rollout accuracy over steps,
+    smoothed over ``smooth`` steps; right, eval accuracy (labelled ``eval_label``) over the
+    steps that have one. ``start``, where runs that evaluate no step 0 start from
+    (:class:`mathagent.results.StartPoint`), is drawn at step 0 on the right panel, its range
+    as an error bar, a dotted line from it to each selector's first evaluation."""
     plt = _plt()
     _check(table, ("selector", "seed", "step", "rollout_accuracy", "eval_accuracy"),
            "plot_training_curves")
@@ -352,11 +335,8 @@ def plot_posteriors(posteriors: pd.DataFrame, selector: str | None = None,
 
 
 def plot_beta_densities(posteriors: pd.DataFrame, title: str | None = None, points: int = 400):
-    """Beta densities of a few tasks' posteriors, one curve per row.
-
-    Args:
-        posteriors: table with ``task, alpha, beta`` (optionally ``label``).
-    """
+    """Beta densities of a few tasks' posteriors (``task, alpha, beta``, optionally
+    ``label``), one curve per row."""
     from math import lgamma
 
     plt = _plt()
@@ -380,12 +360,9 @@ def plot_beta_densities(posteriors: pd.DataFrame, title: str | None = None, poin
 
 def plot_ttb_heatmap(table: pd.DataFrame, x: str = "rho", y: str = "lamb",
                      value: str = "ttb_mean", title: str | None = None):
-    """Heatmap of ``value`` (default mean TTB) over a ``lamb x rho`` grid, cells annotated.
-
-    Args:
-        table: one row per grid cell with columns ``x``, ``y`` and ``value`` (optionally
-            ``ttb_reached``, shown when below 1).
-    """
+    """Heatmap of ``value`` (default mean TTB) over a ``lamb x rho`` grid, cells annotated;
+    ``table`` has one row per cell (``x``, ``y``, ``value``, optionally ``ttb_reached``,
+    shown when below 1)."""
     plt = _plt()
     _check(table, (x, y, value), "plot_ttb_heatmap")
     grid = table.pivot_table(index=y, columns=x, values=value, aggfunc="mean")
@@ -416,11 +393,8 @@ def plot_ttb_heatmap(table: pd.DataFrame, x: str = "rho", y: str = "lamb",
 
 def plot_summary(summary: pd.DataFrame, selectors: Sequence[str] | None = None,
                  title: str | None = None):
-    """Bars of mean ETR, TTB and BSF per selector with min-max whiskers over seeds.
-
-    Args:
-        summary: :func:`mathagent.metrics.summarize` output.
-    """
+    """Bars of mean ETR, TTB and BSF per selector with min-max whiskers over seeds, from
+    :func:`mathagent.metrics.summarize`'s table."""
     plt = _plt()
     cols = [f"{m}_{s}" for m in ("etr", "ttb", "bsf") for s in ("mean", "min", "max")]
     _check(summary, ("selector", *cols), "plot_summary")

@@ -38,3 +38,9 @@ def test_a_results_module_importing_the_trainer_breaks_them(tmp_path):
     done = lint(tmp_path)
     assert done.returncode == 1, done.stdout
     assert "BROKEN" in done.stdout and "mathagent.results -> mathagent.grpo" in done.stdout
+
+
+def test_no_module_is_over_600_lines():
+    lines = {str(p.relative_to(paths.REPO_ROOT)): len(p.read_text().splitlines())
+             for p in sorted((paths.REPO_ROOT / "mathagent").rglob("*.py"))}
+    assert {name: n for name, n in lines.items() if n > 600} == {}

@@ -1,4 +1,5 @@
-"""Every dotted ``mathagent.`` name that configs, the README and the notebooks give users resolves.
+"""Every dotted ``mathagent.`` name that configs, the READMEs, docs/ and the notebooks give users
+resolves.
 
 Configs hand Trinity-RFT dotted paths (``mathagent.selectors.BOTSSelector``, the feedback
 operator, the workflow and the judge), and the docs tell readers where things live; a package
@@ -21,6 +22,7 @@ def _sources() -> dict[str, str]:
     root = paths.REPO_ROOT
     files = [*sorted(paths.CONFIGS_DIR.glob("*.yaml")), root / "README.md",
              *sorted((root / "notebooks").glob("*.ipynb")), root / "scripts" / "gpu" / "README.md",
+             *sorted((root / "docs").glob("*.md")), *sorted((root / "data").glob("**/README.md")),
              *sorted((root / "results").glob("**/README.md"))]
     return {str(f.relative_to(paths.REPO_ROOT)): f.read_text() for f in files}
 

@@ -3,7 +3,6 @@ beside the committed ones (``run_facts.runs_made_here``, ``runs_overview``, ``yo
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pandas as pd
@@ -11,6 +10,17 @@ import pandas as pd
 from mathagent import paths, run_facts
 
 RESULTS = paths.RESULTS_DIR
+
+
+def _stopped_before_step_1(job):
+    """A Trinity-RFT job folder of a run that stopped before its first step: its params.json
+    and event files that hold no scalar yet."""
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    (job / "monitor" / "tensorboard" / "explorer").mkdir(parents=True)
+    shutil.copyfile(RESULTS / "trinity_qwen" / "random_seed0" / "params.json",
+                    job / "params.json")
+    EventFileWriter(str(job / "monitor" / "tensorboard" / "explorer")).close()
 
 
 def _runs_dir(tmp_path):
@@ -23,7 +33,7 @@ def _runs_dir(tmp_path):
         / "checkpoints" / "Data-Augmentation" / "Difficulty-Based-Selector-Arithmetic"
     shutil.copytree(RESULTS / "trinity_h200" / "difficulty_seed2", job)
     early = root / "smoke" / "config_random_qwen" / "checkpoints" / "P" / "Random"
-    shutil.copytree(RESULTS / "trinity_h200_qwen_startup" / "random_seed0", early)
+    _stopped_before_step_1(early)
     killed = root / "train_local" / "20261204-120000-random-s0"   # killed before step 1
     killed.mkdir(parents=True)
     shutil.copyfile(RESULTS / "trinity_h200_local" / "random_seed0" / "params.json",
@@ -103,8 +113,6 @@ def test_the_overview_reads_runs_with_no_evaluation_an_empty_table_or_a_gap(tmp_
     """A run without evaluations has no held-out cells; a ``metrics.csv`` with a header only is
     a row naming it; a last step without rollout accuracy gives the last one that has it; a
     folder outside ``relative_to`` is named in full."""
-    import pandas as pd
-
     src = RESULTS / "trinity_h200_local" / "random_seed0"
     metrics = pd.read_csv(src / "metrics.csv")
     cases = {"no_eval": metrics.assign(eval_accuracy=float("nan")),
@@ -122,82 +130,3 @@ def test_the_overview_reads_runs_with_no_evaluation_an_empty_table_or_a_gap(tmp_
     last = metrics[metrics["step"] == metrics["step"].max()]["rollout_accuracy"].mean()
     assert gap["steps"] == 41 and gap["rollout accuracy, last step"] == f"{last:.3f}"
     assert gap["run"] == str(tmp_path / "gap")
-
-
-H200 = RESULTS / "notebooks_h200"
-
-
-def _check_runs_table(text: str, folder) -> pd.DataFrame:
-    """Each run under ``folder`` has a row in ``text`` (the first one naming it) whose steps,
-    held-out accuracies and rollout accuracy are what ``runs_overview`` reads from it."""
-    table = run_facts.runs_overview(sorted(folder.iterdir()), "H200", folder)
-    for _, run in table.iterrows():
-        row = next(line for line in text.splitlines() if line.startswith(f"| `{run['run']}`"))
-        cells = [c.strip() for c in row.split("|")[1:-1]]
-        assert cells[2] == str(run["steps"])
-        assert cells[3] == f"{run['held-out, first eval']} / {run['held-out, last eval']}"
-        assert cells[4] == run["rollout accuracy, last step"]
-    return table
-
-
-def _check_executed(folder, numbers) -> dict[str, str]:
-    """The executed copies in ``folder`` kept their outputs: every code cell ran. Returns each
-    notebook's text by number."""
-    texts = {}
-    for number in numbers:
-        notebook = json.loads(next(folder.glob(f"{number}_*.ipynb")).read_text())
-        code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
-        assert code and all(c["execution_count"] for c in code), number
-        texts[number] = json.dumps(notebook)
-    return texts
-
-
-def test_the_h200_notebook_readme_states_what_its_runs_and_log_hold():
-    """The executed notebooks' README: every wall time is pytest's own duration in
-    ``nbmake_run.log``, and every row of its runs table is what ``runs_overview`` reads from the
-    runs notebook 04 made on the H200."""
-    import re
-
-    readme = (H200 / "README.md").read_text()
-    log = (H200 / "nbmake_run.log").read_text()
-    durations = {number: seconds
-                 for seconds, number in re.findall(r"([\d.]+)s call\s+notebooks/(\d\d)_", log)}
-    assert sorted(durations) == ["01", "02", "03", "04", "05"]
-    assert log.count(" PASSED") == 5 and "FAILED" not in log
-    for number, seconds in durations.items():
-        row = next(line for line in readme.splitlines() if line.startswith(f"| `{number}_"))
-        assert f"| passed | {seconds} s |" in row
-    sessions = re.findall(r"passed in ([\d.]+)s", log)
-    for session in sessions:
-        assert f"{session} s" in readme
-    minutes = f"{sum(map(float, sessions)) / 60:.1f} minutes"
-    assert minutes in readme and minutes in (paths.REPO_ROOT / "README.md").read_text()
-    assert len(_check_runs_table(readme, H200 / "notebook04_runs")) == 3
-    _check_executed(H200, durations)
-
-
-def test_the_h200_tutorial_run_is_what_its_readme_says():
-    """The tutorial command's run on the H200 (``tutorial/``): every wall time in the README is
-    the command's own summary in ``tutorial.log``, its total too; every row of the runs table is
-    what ``runs_overview`` reads from the runs it made; every code cell of the executed copies
-    ran, notebook 04's knob and notebook 05's table of the runs made here included."""
-    import re
-
-    readme = (H200 / "README.md").read_text()
-    section = readme[readme.index("## `python -m mathagent tutorial` on the H200"):
-                     readme.index("## What did not run on the GPU")]
-    log = (H200 / "tutorial" / "tutorial.log").read_text()
-    summary = dict(re.findall(r"^  (\d\d)_\w+\.ipynb\s+ok\s+([\d.]+) s$", log, re.M))
-    assert sorted(summary) == ["01", "02", "03", "04", "05"] and "FAILED" not in log
-    for number, seconds in summary.items():
-        row = next(line for line in section.splitlines() if line.startswith(f"| `{number}_"))
-        assert f"| ok | {seconds} s |" in row
-    total = re.search(r"exit 0 after (\d+) s", log).group(1)
-    assert f"**{total} s ({int(total) / 60:.1f} minutes)**" in section
-    assert f"{int(total) / 60:.1f} minutes through `python -m mathagent tutorial --smoke`" in \
-        (paths.REPO_ROOT / "README.md").read_text().replace("\n", " ")
-    assert len(_check_runs_table(section, H200 / "tutorial" / "notebook04_runs")) == 5
-    executed = _check_executed(H200 / "tutorial", summary)
-    assert "startup_s 333 s, train_s 416 s" in executed["04"]
-    assert "t0.5-s0" in executed["04"] and "t0.8-s0" in executed["04"]   # the knob's two runs
-    assert "4 training run(s) made here" in executed["05"]

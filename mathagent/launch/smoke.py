@@ -150,8 +150,8 @@ def smoke_blocker(gpus: int | None = None, vllm: bool | None = None) -> str | No
         return "skipped: no CUDA GPU (torch.cuda.device_count() is 0); the run needs one"
     vllm = vllm_importable() if vllm is None else vllm
     if not vllm:
-        return ("skipped: vllm is not importable; install requirements/gpu.lock (README, "
-                "\"Installing for GPU training\")")
+        return ("skipped: vllm is not importable; install requirements/gpu.lock "
+                "(docs/install.md)")
     return None
 
 

@@ -84,7 +84,7 @@ class VLLMServer(LocalServer):
                 "config.json); write one with `python -m mathagent export-model DIR`")
         if not vllm_importable():
             raise ServerStartError("vllm is not installed here: install requirements/gpu.lock "
-                                   "(README, \"Installing for GPU training\")")
+                                   "(docs/install.md)")
         if visible_gpus() < 1:
             raise ServerStartError("no CUDA GPU visible (torch.cuda.device_count() is 0): "
                                    "vLLM serves on a GPU")

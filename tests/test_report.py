@@ -1,0 +1,258 @@
+"""``python -m mathagent report``: every number of a results page computed from the runs.
+
+The run folders here are ``train-local``'s layout (``params.json`` and a tidy
+``metrics.csv``) with made-up accuracies, so that each figure of the page can be worked out
+by hand; the committed folders under ``results/`` (Trinity-RFT event files included) are
+checked by the regeneration test at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mathagent import cli, paths, report
+from mathagent.report import stats
+
+CONFIG = "configs/config_random_qwen.yaml"   # an arm's config must exist; any one serves
+
+
+def make_run(folder: Path, selector: str, seed: int, evals: dict[int, float],
+             steps: int = 60, rollout: float = 0.5) -> None:
+    """A run folder: ``steps`` training steps, held-out accuracy at each step of ``evals``."""
+    folder.mkdir(parents=True)
+    (folder / "params.json").write_text(json.dumps({"kind": "train-local", "selector": selector,
+                                                    "seed": seed}))
+    rows = [{"selector": selector, "seed": seed, "step": s,
+             "rollout_accuracy": rollout if s else np.nan,
+             "eval_accuracy": evals.get(s, np.nan),
+             "effective_task_ratio": 0.5 if s else np.nan,
+             "response_length": 100.0 if s <= steps // 4 else 60.0,
+             "time_step_s": 6.0 if s else np.nan}
+            for s in range(steps + 1)]
+    pd.DataFrame(rows).to_csv(folder / "metrics.csv", index=False)
+
+
+def spec(folder: Path, arms=("random", "bots"), **extra) -> None:
+    data = {"title": "A test experiment", "question": "Which arm learns more?",
+            "arms": {a: {"config": CONFIG, "about": f"the {a} arm"} for a in arms},
+            "seeds": [0, 1, 2], "hardware": "NVIDIA H100 80GB HBM3",
+            "settings": {"policy": "a policy", "steps": "60", "batch": "16 x 8",
+                         "evaluation": "step 0 and every 10 steps", "software": "trinity-rft"},
+            **extra}
+    import yaml
+    (folder / "experiment.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+EVERY_10 = range(0, 61, 10)
+
+
+@pytest.fixture
+def three_seeds(tmp_path):
+    """random and bots, seeds 0-2, evaluated at step 0 and every 10 steps to 60."""
+    folder = tmp_path / "exp"
+    finals = {"random": (0.30, 0.34, 0.38), "bots": (0.40, 0.41, 0.45)}
+    for arm, accs in finals.items():
+        for seed, final in enumerate(accs):
+            make_run(folder / f"{arm}_seed{seed}", arm, seed,
+                     {s: 0.16 + (final - 0.16) * s / 60 for s in EVERY_10})
+    spec(folder, answer="bots {diff_bots_vs_random} ({z_bots_vs_random} SE).")
+    return folder
+
+
+def test_numbers_of_several_evaluations_and_seeds_are_worked_out_by_hand(three_seeds):
+    exp = report.read_spec(three_seeds)
+    table = stats.read_runs(exp)
+    seeds = stats.per_seed(exp, table)
+    assert list(seeds.columns) == list(EVERY_10) and stats.final_step(table) == 60
+    assert seeds.loc[("bots", 2), 60] == pytest.approx(0.45)
+    means = stats.arm_means(seeds).set_index(["arm", "step"])
+    assert means.loc[("random", 60), "mean"] == pytest.approx(0.34)
+    assert means.loc[("random", 60), "se"] == pytest.approx(0.04 / math.sqrt(3))  # sd 0.04
+    d = stats.differences(seeds, 60).iloc[0]
+    se = math.sqrt(0.04 ** 2 / 3 + np.var([0.40, 0.41, 0.45], ddof=1) / 3)
+    assert (d["a"], d["b"]) == ("bots", "random")
+    assert d["diff"] == pytest.approx(0.08) and d["se"] == pytest.approx(se)
+    assert d["z"] == pytest.approx(0.08 / se) and d["power"] == pytest.approx(2 * se)
+    values = stats.named_values(exp, table)
+    assert values["mean_random_step30"] == "0.250" and values["seeds_bots"] == "3"
+    assert (values["final_bots_seed1"], values["min_final"], values["max_final"]) == (
+        "0.410", "0.300", "0.450")
+    assert values["z_bots_vs_random"] == f"{0.08 / se:+.1f}"
+    b = stats.behaviour(table, exp.arm_names).set_index("arm")
+    assert b.loc["bots", "window"] == 15
+    assert (b.loc["bots", "length_first"], b.loc["bots", "length_last"]) == (100.0, 60.0)
+    runs = stats.runs_table(exp, table)
+    assert runs["steps"].tolist() == [60] * 6 and runs["wall_min"].tolist() == [6.0] * 6
+
+
+def test_the_page_shows_every_evaluation_the_answer_and_the_settings(three_seeds):
+    page, block, _ = report.build(report.read_spec(three_seeds), "results/x")
+    assert "| `bots` | 2 | 0.160 | 0.208 | 0.257 | 0.305 | 0.353 | 0.402 | 0.450 |" in page
+    assert "| `random` | 3 | 0.160 ± 0.000 |" in page and "0.340 ± 0.023 |" in page
+    assert "**Answer.** bots +0.080 (+2.9 SE)." in page
+    assert "| batch | 16 x 8 |" in page and "| arm `bots` | the bots arm (`" in page
+    assert "| `bots` | 3 | 0.420 ± 0.015 |" in block
+    assert len(page.split()) <= report.MAX_WORDS
+
+
+def test_one_seed_has_no_standard_error_and_one_arm_no_differences(tmp_path):
+    make_run(tmp_path / "random_seed0", "random", 0, {0: 0.2, 60: 0.3})
+    spec(tmp_path, arms=("random",), seeds=[0, 1])
+    exp = report.read_spec(tmp_path)
+    page, block, table = report.build(exp, "r")
+    assert "| `random` | 1 | 0.200 ± n/a | 0.300 ± n/a |" in page
+    assert "| `random` | 1 | not run | not run |" in page       # planned, no folder yet
+    assert "## Differences" not in page and stats.named_values(exp, table)["se_random"] == "n/a"
+    assert report.progress(tmp_path).values.tolist() == [
+        ["random", 0, 60, "0.200", "0.300"], ["random", 1, "not run", "not run", "not run"]]
+    make_run(tmp_path / "bots_seed0", "bots", 0, {0: 0.2, 60: 0.4})
+    spec(tmp_path, seeds=[0])
+    exp = report.read_spec(tmp_path)
+    values = stats.named_values(exp, stats.read_runs(exp))
+    assert (values["diff_bots_vs_random"], values["z_bots_vs_random"]) == ("+0.100", "n/a")
+
+
+def test_runs_kept_as_one_table_and_numbers_of_files(tmp_path):
+    make_run(tmp_path / "tidy", "random", 0, {0: 0.1, 60: 0.2})
+    pd.read_csv(tmp_path / "tidy" / "metrics.csv").to_csv(tmp_path / "runs.csv", index=False)
+    pd.DataFrame({"level": [0, 1], "rate": [0.5, 0.25]}).to_csv(tmp_path / "f.csv", index=False)
+    (tmp_path / "tidy" / "params.json").unlink()
+    spec(tmp_path, arms=("random",), table="runs.csv",
+         values={"rate": {"file": "f.csv", "column": "rate", "decimals": 2}},
+         tables=[{"file": "f.csv", "caption": "Rates by level", "columns": {"level": "level",
+                                                                            "rate": "pass rate"}}],
+         interpretation="The mean rate is {rate}; random ends at {mean_random}.")
+    page, _, _ = report.build(report.read_spec(tmp_path), "r")
+    assert "| `random seed 0` | `random` | 0 | 60 |" in page
+    assert "**Rates by level** (`f.csv`)\n\n| level | pass rate |\n| --- | --- |\n| 0 | 0.500 |" in page
+    assert "The mean rate is 0.38; random ends at 0.200." in page
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"question": None}, "no 'question' (required)"),
+    ({"colour": "red"}, "unknown key(s) colour"),
+    ({"baseline": "greedy"}, "baseline 'greedy' is not an arm"),
+    ({"settings": {"policy": "p"}}, "settings lack steps, batch, evaluation, software"),
+    ({"arms": {"random": {"config": "configs/nope.yaml"}}}, "arms.random.config"),
+    ({"answer": "{mean_greedy}"}, "answer cites {mean_greedy}, which nothing computes"),
+    ({"values": {"x": {"file": "nope.csv", "column": "c"}}}, "values.x.file"),
+    ({"arms": {"bots": {"config": CONFIG}}}, "selector 'random' is not an arm"),
+])
+def test_bad_input_is_one_line_naming_the_file_and_key(tmp_path, capsys, change, message):
+    make_run(tmp_path / "random_seed0", "random", 0, {0: 0.2, 60: 0.3})
+    spec(tmp_path, arms=("random",))
+    import yaml
+    data = yaml.safe_load((tmp_path / "experiment.yaml").read_text())
+    data.update(change)
+    (tmp_path / "experiment.yaml").write_text(yaml.safe_dump({k: v for k, v in data.items()
+                                                              if v is not None}))
+    assert cli.main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "README.md").exists()
+
+
+def test_the_same_arm_and_seed_twice_and_a_bad_start_point_are_refused(tmp_path, capsys):
+    make_run(tmp_path / "a", "random", 0, {60: 0.3})
+    make_run(tmp_path / "b", "random", 0, {60: 0.3})
+    spec(tmp_path, arms=("random",))
+    assert cli.main(["report", str(tmp_path)]) == 2
+    assert "random seed 0 twice (a, b)" in capsys.readouterr().err
+    shutil.rmtree(tmp_path / "b")
+    (tmp_path / "start.csv").write_text("run,step,eval_accuracy\nx,3,0.1\n")
+    spec(tmp_path, arms=("random",), start_point="start.csv")
+    assert cli.main(["report", str(tmp_path)]) == 2
+    assert "start.csv: not a start point written by draw" in capsys.readouterr().err
+
+
+def test_check_exits_1_in_one_line_when_the_page_differs_and_force_guards_hand_pages(
+        three_seeds, capsys):
+    readme = three_seeds / "README.md"
+    readme.write_text("# written by hand\n")
+    assert cli.main(["report", str(three_seeds)]) == 2
+    assert "was not written by `report`; --force replaces it" in capsys.readouterr().err
+    assert cli.main(["report", str(three_seeds), "--force"]) == 0
+    assert cli.main(["report", str(three_seeds), "--check"]) == 0
+    assert cli.main(["report", str(three_seeds)]) == 0    # its own page: rewritten freely
+    readme.write_text(readme.read_text().replace("0.450", "0.451"))
+    capsys.readouterr()
+    assert cli.main(["report", str(three_seeds), "--check"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "README.md differs from what" in err
+
+
+def test_missing_results_figures_are_drawn_and_a_check_names_them(three_seeds, capsys):
+    spec(three_seeds, figures={"training_curves.png": "Held-out accuracy by step"})
+    assert cli.main(["report", str(three_seeds), "--check"]) == 1
+    assert "training_curves.png: not drawn yet" in capsys.readouterr().err
+    assert cli.main(["report", str(three_seeds)]) == 0
+    assert (three_seeds / "training_curves.png").stat().st_size > 10_000
+    page = (three_seeds / "README.md").read_text()
+    assert "![training_curves](training_curves.png)" in page and "*Held-out accuracy by step*" in page
+    spec(three_seeds, figures={"other.png": "x"})
+    assert cli.main(["report", str(three_seeds)]) == 2
+    assert "other.png: no such figure" in capsys.readouterr().err
+
+
+def test_the_project_readmes_answer_block_is_written_between_its_markers(three_seeds, tmp_path,
+                                                                         monkeypatch, capsys):
+    root = tmp_path / "repo"
+    folder = root / "results" / "exp"
+    folder.parent.mkdir(parents=True)
+    three_seeds.rename(folder)
+    (root / "configs").mkdir()
+    (root / CONFIG).write_text("x: 1\n")
+    monkeypatch.setattr(paths, "REPO_ROOT", root)
+    (root / "README.md").write_text("intro\n<!-- report results/exp: answer -->\nold\n"
+                                    "<!-- /report results/exp -->\nrest\n")
+    assert cli.main(["report", str(folder)]) == 0
+    text = (root / "README.md").read_text()
+    assert text.startswith("intro\n<!-- report results/exp: answer -->\n**A test experiment.**"
+                           "\n\nbots +0.080")
+    assert "| `random` | 3 | 0.340 ± 0.023 |" in text and text.endswith("-->\nrest\n")
+    assert "[`results/exp/`](results/exp/README.md)" in text
+    (root / "README.md").write_text(text.replace("0.340", "0.345"))
+    assert cli.main(["report", str(folder), "--check"]) == 1
+    assert "the answer block of results/exp differs" in capsys.readouterr().err
+
+
+def test_what_each_notebook_did_is_read_from_the_tutorials_summary(tmp_path):
+    (tmp_path / "tutorial.log").write_text(
+        "Tutorial summary\n================\n"
+        "  01_data_preparation.ipynb          ok         18.3 s\n"
+        "      skipped: 01 AIME-24 eval set: no local AIME file\n"
+        "  02_agent_and_judge.ipynb           ok        122.1 s\n")
+    (tmp_path / "experiment.yaml").write_text(
+        "title: t\nquestion: q\ntables:\n  - {tutorial_log: tutorial.log, caption: c}\n")
+    page, _, _ = report.build(report.read_spec(tmp_path), "n")
+    assert "| `01_data_preparation` | ok | 18.3 | 01 AIME-24 eval set |" in page
+    assert "| `02_agent_and_judge` | ok | 122.1 | - |" in page
+
+
+# --------------------------------------------------------------------------------------
+# The committed pages
+# --------------------------------------------------------------------------------------
+
+FOLDERS = sorted(p for p in paths.RESULTS_DIR.iterdir() if p.is_dir())
+
+
+def test_every_results_folder_has_an_experiment_and_there_are_at_most_eight():
+    assert 0 < len(FOLDERS) <= 8
+    assert [f.name for f in FOLDERS if not (f / "experiment.yaml").is_file()] == []
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_every_committed_report_is_what_report_writes_now(folder):
+    report.write_report(folder, check=True)
+    assert len((folder / "README.md").read_text().split()) <= report.MAX_WORDS
+def test_the_project_readme_is_short_and_its_answer_block_comes_from_a_report():
+    text = (paths.REPO_ROOT / "README.md").read_text()
+    assert len(text.split()) <= 2000
+    assert "<!-- report results/" in text
