@@ -5,8 +5,7 @@ on one H200, ``results/trinity_h200_bf16/`` its first pair (started from the bfl
 ``results/trinity_h200_22steps/`` the first two 22-step runs, and
 ``results/trinity_h200_local/`` the ``train-local`` runs with the experiment's settings; the
 reader must find in their event files and tables what the committed summaries say.
-``scripts/gpu/trinity_results.py`` is run here on a collected folder made from one of those
-runs plus a short log written for the test, so its timings are known.
+(Laying out a run's folder and its timings: tests/test_experiment_layout.py.)
 """
 
 from __future__ import annotations
@@ -14,18 +13,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import shutil
-import subprocess
-import sys
-import tarfile
 import tempfile
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from bounds import hang_bound
 
 from mathagent import metrics, paths, results, run_facts, tasks, verdict
 from mathagent.grpo import load_config
@@ -36,7 +30,6 @@ RUNS = {"random": TRINITY_22 / "random_seed42",
 EXPERIMENT = paths.RESULTS_DIR / "trinity_h200"
 BF16_START = paths.RESULTS_DIR / "trinity_h200_bf16"
 LOCAL = paths.RESULTS_DIR / "trinity_h200_local"
-SCRIPT = paths.REPO_ROOT / "scripts" / "gpu" / "trinity_results.py"
 
 
 def run_folders(folder):
@@ -124,168 +117,6 @@ def test_local_runs_used_the_mirror_config_and_the_summary_reads_from_them():
     pd.testing.assert_frame_equal(committed, summary, check_dtype=False, atol=1e-3)
 
 
-def _log_line(t: datetime, text: str, actor: str = "(Explorer pid=1)") -> str:
-    return f"\x1b[36m{actor}\x1b[0m INFO {t:%m-%d %H:%M:%S} [x.py:1] {text}"
-
-
-def test_results_script_builds_the_folder_from_what_collect_packed(tmp_path):
-    t0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
-    def at(seconds: float) -> datetime:
-        return t0 + timedelta(seconds=seconds)
-
-    log = "\n".join([
-        "Config configs/x.yaml", "Preflight:", "  ok    all good",
-        "Launching: TensorBoard logs under somewhere",
-        _log_line(at(60), "workers initialized", "(Trainer pid=2)").replace("[x.py:1]",
-                                                                           "[trainer.py:436]"),
-        _log_line(at(120), "init engine (profile, create kv cache, warmup model) took 9 s",
-                  "(vLLMRolloutModel pid=3) (EngineCore pid=4)"),
-        _log_line(at(150), "WorkflowRunner [explorer_runner_0] is prepared and ready",
-                  "(WorkflowRunner pid=6)"),
-        "\x1b[36m(WorkflowRunner pid=6)\x1b[0m react_agent: a Traceback-looking model reply",
-        _log_line(at(180), "Evaluation at step 0 started."),
-        _log_line(at(210), "Explore step 1 started."),
-        _log_line(at(226), "Explore step 2 started."),
-        _log_line(at(244), "Explore step 3 started."),
-        _log_line(at(300), "> Trainer finished.", "(Trainer pid=2)"),
-        "\x1b[36m(WorkerDict pid=10)\x1b[0m INFO:2026 Saved", "(Worker pid=11) loading",
-    ]) + "\n"
-    run = tmp_path / "stage" / "diff"
-    run.mkdir(parents=True)
-    src = RUNS["difficulty_based"]
-    shutil.copytree(src / "monitor", run / "monitor")
-    for name in ("params.json", "launched_config.yaml", "explorer_meta.json", "trainer_meta.json"):
-        shutil.copyfile(src / name, run / name)
-    (run / "train.log").write_text(log)
-    (run / "start_end_epoch.txt").write_text(f"{t0.timestamp():.0f} {t0.timestamp() + 310:.0f}")
-    (run / "samples").mkdir()   # what buffer_samples.py wrote from the run's experience buffer
-    (run / "samples" / "samples.jsonl").write_text('{"step": 1}\n')
-    (run / "samples" / "buffer_steps.csv").write_text("step,experiences\n1,128\n")
-    (run / "samples" / "buffer_tasks.csv").write_text("step,taskset,task_index,experiences,"
-                                                      "pass_rate\n1,0,7,8,0.5\n")
-    collected = tmp_path / "collected"
-    collected.mkdir()
-    with tarfile.open(collected / "diff.tgz", "w:gz") as tar:
-        tar.add(run, arcname="diff")
-    stamp = int(t0.timestamp())
-    (collected / "gpu_apps.csv").write_text(
-        f"{stamp},10,2048,diff\n{stamp},11,1024,diff\n{stamp + 5},10,4096,diff\n"
-        f"{stamp + 5},11,1024,diff\n{stamp + 5},99,9999,other\n"
-        # a second monitor on the machine: the same sample twice, a moment apart
-        f"{stamp + 5},10,3900,diff\n"
-        # an earlier try of the run on the machine, before this one's `train`
-        f"{stamp - 60},7,70000,diff\n")
-    out = tmp_path / "out"
-
-    def script(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(SCRIPT), str(collected), str(out), "--runs",
-                               "diff=difficulty_seed42", *extra], capture_output=True,
-                              text=True, timeout=hang_bound(300), cwd=paths.REPO_ROOT)
-
-    done = script()
-    assert done.returncode == 0, done.stderr
-    startup = pd.read_csv(out / "startup.csv", index_col=0)["difficulty_seed42"]
-    assert startup["trainer workers ready"] == 1.0
-    assert startup["vLLM engine ready"] == 2.0
-    assert startup["step 1 starts"] == 3.5
-    assert startup["train command ends"] == pytest.approx(310 / 60, abs=0.01)
-    memory = pd.read_csv(out / "gpu_memory.csv", index_col=0)["difficulty_seed42"]
-    assert memory["trainer (FSDP actor + reference)"] == 4.0  # pid 10, its peak
-    assert memory["vLLM engine worker"] == 1.0
-    # other runs and an earlier try not counted, a process's sample counted once
-    assert memory["run, all processes (sum at one time)"] == 5.0
-    phases = pd.read_csv(out / "phase_times.csv", index_col=0)["difficulty_seed42"]
-    assert phases["whole step (log: one explore start to the next)"] == 17.0  # 16 s, 18 s
-    assert phases["rollout phase"] > 0
-    excerpt = (out / "difficulty_seed42" / "train_log_excerpt.txt").read_text()
-    assert excerpt.startswith("Config configs/x.yaml\nPreflight:")
-    assert "Explore step 1 started" in excerpt and "Explore step 3 started" in excerpt
-    assert "react_agent" not in excerpt and "\x1b" not in excerpt
-    assert (out / "training_curves.png").is_file()
-    assert len(pd.read_csv(out / "trinity_h200.csv")) == 23  # steps 0-22
-    assert json.loads((out / "difficulty_seed42" / "timings.json").read_text())[
-        "whole_step_s"] == {"step 1": 16.0, "step 2": 18.0}
-    assert (out / "difficulty_seed42" / "samples.jsonl").read_text() == '{"step": 1}\n'
-    assert (out / "difficulty_seed42" / "buffer_steps.csv").read_text().endswith("1,128\n")
-    assert (out / "difficulty_seed42" / "buffer_tasks.csv").read_text().endswith("1,0,7,8,0.5\n")
-    # its effective task ratio is Trinity's; its buffer table predates the buffer's ratio
-    assert pd.read_csv(out / "etr_sources.csv").to_dict("records") == [
-        {"run": "difficulty_seed42", "source": "pass_rate_calculator",
-         "steps_pass_rate_calculator": 22, "steps_experience_buffer": 0,
-         "largest_difference": pytest.approx(float("nan"), nan_ok=True)}]
-    # an existing run folder is kept unless --force
-    again = script()
-    assert again.returncode == 2 and "--force" in again.stderr
-    assert script("--force").returncode == 0
-    # runs that evaluated step 0 themselves take no start measured elsewhere
-    own = script("--force", "--start-from", str(RUNS["difficulty_based"]))
-    assert own.returncode == 2 and "evaluated step 0 themselves" in own.stderr
-    assert len(own.stderr.strip().splitlines()) == 1
-
-
-    # a later stretch adds seed 7: the tables beside the run folders cover both runs
-    params = json.loads((run / "params.json").read_text())
-    (run / "params.json").write_text(json.dumps({**params, "seed": 7}))
-    # packed while it went on: the log's last write is no end of its `train`
-    (run / "start_end_epoch.txt").write_text(
-        f"{t0.timestamp():.0f} {t0.timestamp() + 310:.0f} running")
-    with tarfile.open(collected / "seven.tgz", "w:gz") as tar:
-        tar.add(run, arcname="seven")
-    (collected / "gpu_apps.csv").write_text(f"{stamp},10,2048,seven\n")
-    local_run = tmp_path / "local" / "work" / "difficulty_based-s0"
-    local_run.mkdir(parents=True)
-    for name in ("metrics.csv", "params.json", "config.yaml"):
-        shutil.copyfile(LOCAL / "difficulty_seed0" / name, local_run / name)
-    (local_run.parent / "difficulty_based-s0.log").write_text("train-local log\n")
-    with tarfile.open(collected / "local.tgz", "w:gz") as tar:
-        tar.add(tmp_path / "local", arcname="local")
-    more = subprocess.run([sys.executable, str(SCRIPT), str(collected), str(out), "--runs",
-                           "seven=difficulty_seed7", "--local", str(tmp_path / "mirror")],
-                          capture_output=True, text=True, timeout=hang_bound(300),
-                          cwd=paths.REPO_ROOT)
-    assert more.returncode == 0, more.stderr
-    startup = pd.read_csv(out / "startup.csv", index_col=0)
-    assert sorted(startup.columns) == ["difficulty_seed42", "difficulty_seed7"]
-    assert startup.loc["train command ends", "difficulty_seed42"] == pytest.approx(310 / 60,
-                                                                                   abs=0.01)
-    assert pd.isna(startup.loc["train command ends", "difficulty_seed7"])
-    assert startup.loc["step 1 starts", "difficulty_seed7"] == 3.5
-    both = pd.read_csv(out / "trinity_h200.csv")
-    assert sorted(both["seed"].unique()) == [7, 42] and len(both) == 2 * 23
-    mirror = tmp_path / "mirror"
-    assert (mirror / "difficulty_seed0" / "train.log").read_text() == "train-local log\n"
-    assert (mirror / "engine_vs_local.png").is_file()
-    summary = pd.read_csv(mirror / "engine_vs_local.csv")
-    assert summary[["source", "selector"]].values.tolist() == [
-        ["Trinity-RFT", "difficulty_based"], ["train-local", "difficulty_based"]]
-    assert summary["seeds"].tolist() == [2, 1]
-
-    # a stretch without train-local (no local.tgz) still rebuilds the side by side, now with
-    # a third engine seed; the train-local runs already there are kept as they were
-    (run / "params.json").write_text(json.dumps({**params, "seed": 8}))
-    with tarfile.open(collected / "eight.tgz", "w:gz") as tar:
-        tar.add(run, arcname="eight")
-    (collected / "gpu_apps.csv").write_text(f"{stamp},10,2048,eight\n")
-    (collected / "local.tgz").unlink()
-    no_local = subprocess.run([sys.executable, str(SCRIPT), str(collected), str(out), "--runs",
-                               "eight=difficulty_seed8", "--local", str(mirror)],
-                              capture_output=True, text=True, timeout=hang_bound(300),
-                              cwd=paths.REPO_ROOT)
-    assert no_local.returncode == 0, no_local.stderr
-    assert "no local.tgz" in no_local.stdout
-    assert (mirror / "difficulty_seed0" / "train.log").read_text() == "train-local log\n"
-    assert pd.read_csv(mirror / "engine_vs_local.csv")["seeds"].tolist() == [3, 1]
-    # and one naming a folder without train-local runs says so in one line
-    empty = subprocess.run([sys.executable, str(SCRIPT), str(collected), str(out), "--runs",
-                            "eight=difficulty_seed8", "--force", "--local",
-                            str(tmp_path / "nothing")],
-                           capture_output=True, text=True, timeout=hang_bound(300),
-                           cwd=paths.REPO_ROOT)
-    assert empty.returncode == 2
-    assert empty.stderr.strip().splitlines() == [
-        f"error: no train-local run folders in {tmp_path / 'nothing'}"]
-
-
 PILOT = paths.RESULTS_DIR / "trinity_h200_qwen_pilot"
 
 
@@ -309,131 +140,6 @@ def test_the_qwen_pilots_readme_states_what_its_event_files_and_tables_hold():
     opening = (paths.REPO_ROOT / "README.md").read_text().split("\n## ")[0]
     first, last = learned["eval_accuracy"].iloc[[0, -1]]
     assert f"from {first:.3f} to {last:.3f}" in " ".join(opening.split())
-
-
-def _train_marks(t0: datetime, seconds: dict[str, float], monkeypatch, capsys) -> list[str]:
-    """The lines ``train``'s own :func:`~mathagent.launch.commands.mark` prints, ``seconds``
-    after ``t0`` (the clock read as UTC, as on the GPU machine)."""
-    import time as real_time
-
-    from mathagent.launch import commands
-
-    class Clock:
-        now = t0.timestamp()
-        strftime = staticmethod(real_time.strftime)
-        localtime = staticmethod(real_time.gmtime)
-
-        @classmethod
-        def time(cls) -> float:
-            return cls.now
-
-    monkeypatch.setattr(commands, "time", Clock)
-    capsys.readouterr()
-    for what, after in seconds.items():
-        Clock.now = t0.timestamp() + after
-        commands.mark(what, t0.timestamp())
-    return capsys.readouterr().out.splitlines()
-
-
-def test_a_run_stopped_before_its_first_step_keeps_its_start_up_split(tmp_path, monkeypatch,
-                                                                       capsys):
-    """A run that never reached step 1 (no Trinity meta files, no steps): the script keeps its
-    event files, start-up milestones and memory instead of failing on what it lacks. `train`'s
-    own marks split the time before Trinity's actors exist."""
-    t0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
-    def at(seconds: float) -> datetime:
-        return t0 + timedelta(seconds=seconds)
-
-    config, preflight, tune = _train_marks(t0, {"config loaded": 9, "preflight passed": 21,
-                                                "Ray joined, tune() called": 27},
-                                           monkeypatch, capsys)
-    assert tune == "launch 12-01 12:00:27 Ray joined, tune() called (27.0 s after `train` read its arguments)"
-    log = "\n".join([
-        config, "Config configs/x.yaml", preflight, "Launching: TensorBoard logs under somewhere",
-        tune,
-        _log_line(at(60), "Finished initializing Explorer."),
-        _log_line(at(111), "workers initialized", "(Trainer pid=2)").replace("[x.py:1]",
-                                                                            "[trainer.py:436]"),
-        _log_line(at(135), "The global random seed is set to 0.", "(vLLMRolloutModel pid=3)"),
-        _log_line(at(180), "Initializing a V1 LLM engine (v0.23.0) with config: ...",
-                  "(vLLMRolloutModel pid=3) (EngineCore pid=4)"),
-        _log_line(at(207), "Starting to load model /m...", "(vLLMRolloutModel pid=3) (Worker pid=5)"),
-        _log_line(at(240), "torch.compile took 27.46 s in total",
-                  "(vLLMRolloutModel pid=3) (Worker pid=5)"),
-        _log_line(at(243), "init engine (profile, create kv cache, warmup model) took 39.83 s",
-                  "(vLLMRolloutModel pid=3) (EngineCore pid=4)"),
-        _log_line(at(249), "All models are ready."),
-        _log_line(at(291), "WorkflowRunner [explorer_runner_3](asynchronous) initialized:",
-                  "(WorkflowRunner pid=7)"),
-        "\x1b[36m(WorkflowRunner pid=7)\x1b[0m   > rollout model: /m",
-        _log_line(at(300), "WorkflowRunner [explorer_runner_0] is prepared and ready",
-                  "(WorkflowRunner pid=6)"),
-        _log_line(at(330), "Rollout coordinator is ready."),
-        _log_line(at(330), "Evaluation at step 0 started."),
-    ]) + "\n"
-    run = tmp_path / "stage" / "early"
-    (run / "monitor" / "tensorboard" / "explorer").mkdir(parents=True)
-    src = RUNS["random"]
-    for name in ("params.json", "launched_config.yaml"):
-        shutil.copyfile(src / name, run / name)
-    (run / "train.log").write_text(log)
-    (run / "start_end_epoch.txt").write_text(f"{t0.timestamp():.0f} {t0.timestamp() + 400:.0f}")
-    collected = tmp_path / "collected"
-    collected.mkdir()
-    with tarfile.open(collected / "early.tgz", "w:gz") as tar:
-        tar.add(run, arcname="early")
-    stamp = int(t0.timestamp())
-    (collected / "gpu_apps.csv").write_text(f"{stamp},2,1024,early\n{stamp},5,2048,early\n")
-    out = tmp_path / "out"
-    done = subprocess.run([sys.executable, str(SCRIPT), str(collected), str(out), "--runs",
-                           "early=random_seed0", "--no-figures"], capture_output=True,
-                          text=True, timeout=hang_bound(300), cwd=paths.REPO_ROOT)
-    assert done.returncode == 0, done.stderr
-    startup = pd.read_csv(out / "startup.csv", index_col=0)["random_seed0"]
-    assert startup["`train`: config loaded"] == 0.15
-    assert startup["`train`: preflight passed"] == 0.35
-    assert startup["`train`: Ray joined, tune() called"] == 0.45
-    assert startup["Ray actors (explorer, trainer) made"] == 1.0
-    assert startup["vLLM actor's first line"] == 2.25
-    assert startup["vLLM engine core starts"] == 3.0
-    assert startup["vLLM worker loads the model"] == 3.45
-    assert startup["all rollout models ready"] == 4.15
-    assert startup["first workflow runner made"] == 4.85
-    assert startup["first workflow runner ready"] == 5.0
-    assert startup["all workflow runners ready"] == 5.5
-    assert np.isnan(startup["step 1 starts"])
-    excerpt = (out / "random_seed0" / "train_log_excerpt.txt").read_text()
-    assert "torch.compile took 27.46 s" in excerpt
-    assert all(line in excerpt.splitlines() for line in (config, preflight, tune))
-    assert not (out / "random_seed0" / "explorer_meta.json").exists()
-    assert pd.read_csv(out / "phase_times.csv", index_col=0).empty
-    # asked for figures, it writes the tables and says in one line why there are none; what
-    # an earlier call drew there (without this run) is removed, each file with a line
-    (tmp_path / "figs").mkdir()
-    for stale in ("trinity_h200.csv", "training_curves.png"):
-        (tmp_path / "figs" / stale).write_text("drawn before\n")
-    again = subprocess.run([sys.executable, str(SCRIPT), str(collected), str(tmp_path / "figs"),
-                            "--runs", "early=random_seed0"], capture_output=True, text=True,
-                           timeout=hang_bound(300), cwd=paths.REPO_ROOT)
-    assert again.returncode == 0, again.stderr
-    assert "no tidy table or figures" in again.stdout and "random_seed0 logged no step" in \
-        again.stdout
-    assert (tmp_path / "figs" / "startup.csv").is_file()
-    for stale in ("trinity_h200.csv", "training_curves.png"):
-        assert not (tmp_path / "figs" / stale).exists()
-        assert f"removed {tmp_path / 'figs' / stale}: drawn without the runs added now" in \
-            again.stdout
-    # a run packed before `train` wrote its params.json: one line naming what is missing
-    (run / "params.json").unlink()
-    with tarfile.open(collected / "early.tgz", "w:gz") as tar:
-        tar.add(run, arcname="early")
-    lost = subprocess.run([sys.executable, str(SCRIPT), str(collected), str(tmp_path / "lost"),
-                           "--runs", "early=random_seed0"], capture_output=True, text=True,
-                          timeout=hang_bound(300), cwd=paths.REPO_ROOT)
-    assert lost.returncode == 2 and "Traceback" not in lost.stderr
-    assert lost.stderr.strip().splitlines() == [
-        f"error: {collected / 'early'}.tgz holds no early/params.json (the run stopped before "
-        "`train` wrote it?)"]
 
 
 QWEN_STARTUP = paths.RESULTS_DIR / "trinity_h200_qwen_startup"
@@ -1048,74 +754,6 @@ def test_the_qwen_micro_batch_readme_states_what_its_runs_and_logs_hold():
         step = pd.read_csv(QWEN_MB2 / "phase_times.csv", index_col=0).iloc[-1, 0]
         assert f"with 2 it held {reserved2:.1f} GiB through 9 updates at {step:.0f} s a step" \
             in text
-
-
-def test_results_script_draws_the_start_of_runs_that_evaluate_no_step_0(tmp_path):
-    """Runs that evaluate no step 0 start from weights measured once by other runs' step-0
-    evaluations on the same taskset (``--start-from``): drawn at step 0 and written as
-    ``start_point.csv``; a start that cannot hold is refused in one line."""
-    src = QWEN_MB2 / "random_seed0"                   # evaluated at step 8 only
-    run = tmp_path / "stage" / "qwen"
-    run.mkdir(parents=True)
-    shutil.copytree(src / "monitor", run / "monitor")
-    for name in ("params.json", "launched_config.yaml", "explorer_meta.json"):
-        shutil.copyfile(src / name, run / name)
-    (run / "train.log").write_text((src / "train_log_excerpt.txt").read_text())
-    (run / "start_end_epoch.txt").write_text("1796490040 1796490753 running")
-    collected = tmp_path / "collected"
-    collected.mkdir()
-    with tarfile.open(collected / "qwen.tgz", "w:gz") as tar:
-        tar.add(run, arcname="qwen")
-    (collected / "gpu_apps.csv").write_text("1796490100,10,2048,qwen\n")
-    out = tmp_path / "out"
-    base = [paths.RESULTS_DIR / "trinity_h200_qwen_cache" / "random_seed0",
-            QWEN_LONE / "difficulty_seed0"]
-
-    def script(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(SCRIPT), str(collected), str(out), "--runs",
-                               "qwen=random_seed0", "--force", *extra], capture_output=True,
-                              text=True, timeout=hang_bound(300), cwd=paths.REPO_ROOT)
-
-    done = script("--start-from", *map(str, base))
-    assert done.returncode == 0, done.stderr
-    drawn = pd.read_csv(out / "start_point.csv")
-    assert drawn["run"].tolist() == list(map(str, base)) and set(drawn["step"]) == {0}
-    assert drawn["eval_accuracy"].tolist() == pytest.approx(
-        [results.read_run(r).query("step == 0")["eval_accuracy"].iloc[0] for r in base])
-    assert (out / "training_curves.png").is_file()
-    # another taskset, a run without a step-0 evaluation, or no figures: one line each
-    for extra, says in ((["--start-from", str(RUNS["difficulty_based"])],
-                         "evaluated 'eval-arithmetic' at step 0"),
-                        (["--start-from", str(src)], "no held-out evaluation at step 0"),
-                        (["--start-from", str(base[0]), "--no-figures"],
-                         "which --no-figures leaves out")):
-        refused = script(*extra)
-        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
-        assert len(refused.stderr.strip().splitlines()) == 1
-    assert (out / "start_point.csv").is_file()
-    # a folder with figures gets no run without them: its tidy table would leave that run out
-    before = {f: f.stat().st_mtime_ns for f in out.rglob("*")}
-    undrawn = script("--no-figures")
-    assert {f: f.stat().st_mtime_ns for f in out.rglob("*")} == before   # nothing written
-    assert undrawn.returncode == 2 and len(undrawn.stderr.strip().splitlines()) == 1
-    assert "trinity_h200.csv is the tidy table of the runs already drawn there" in undrawn.stderr
-    again = script()                           # drawn without it: the file no longer holds
-    assert again.returncode == 0 and not (out / "start_point.csv").exists()
-    assert f"removed {out / 'start_point.csv'}: the figure was drawn without --start-from" \
-        in again.stdout
-    # runs with no baseline get no TTB/BSF: summaries an earlier call wrote go, saying why
-    params = json.loads((run / "params.json").read_text())
-    (run / "params.json").write_text(json.dumps({**params, "selector": "difficulty_based"}))
-    with tarfile.open(collected / "qwen.tgz", "w:gz") as tar:
-        tar.add(run, arcname="qwen")
-    assert (out / "summary.csv").is_file() and (out / "per_seed.csv").is_file()
-    alone = script()
-    assert alone.returncode == 0, alone.stderr
-    assert not (out / "summary.csv").exists() and not (out / "per_seed.csv").exists()
-    assert (f"removed {out / 'summary.csv'}: baseline selector 'random' is not in the table"
-            in alone.stdout)
-    assert pd.read_csv(out / "trinity_h200.csv")["selector"].unique().tolist() == [
-        "difficulty_based"]
 
 
 def test_a_start_point_is_other_runs_step0_evaluations_on_one_taskset(tmp_path):

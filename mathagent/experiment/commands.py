@@ -36,7 +36,8 @@ from mathagent.experiment.plan import (
     work_dir,
 )
 from mathagent.experiment.progress import now, problem_lines
-from mathagent.experiment.spec import Run, Spec, SpecError, load_spec, schedule
+from mathagent.experiment.spec import Run, Spec, SpecError, load_spec
+from mathagent.experiment.spec import schedules as spec_schedules
 
 #: Seconds between two looks at the runs' logs.
 POLL_SECONDS = 5.0
@@ -69,7 +70,7 @@ def experiment_parser(parser: argparse.ArgumentParser) -> None:
 def experiment_command(args: argparse.Namespace) -> int:
     try:
         spec = load_spec(args.spec)
-        schedules = {run.name: schedule(run) for run in spec.runs()}
+        schedules = spec_schedules(spec)
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

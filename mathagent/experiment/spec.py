@@ -183,7 +183,7 @@ def schedule(run: Run) -> Schedule:
 
     ``tune()`` writes the ``tuner:`` block's ``algorithm.eval_interval_steps`` over
     ``explorer.eval_interval``; ``explorer.eval_on_startup`` (Trinity's default true) adds
-    step 0. Raises :class:`SpecError` naming the config when it sets no ``buffer.total_steps``.
+    step 0. Raises :class:`SpecError` when they set no ``buffer.total_steps`` of 1 or more.
     """
     import yaml
 
@@ -195,7 +195,7 @@ def schedule(run: Run) -> Schedule:
         try:
             key, value = parse_override(text)
         except ConfigError as exc:
-            raise SpecError(f"{run.name}: {exc}") from None
+            raise SpecError(str(exc)) from None
         given[key] = value
 
     def value(*keys: str) -> Any:
@@ -210,11 +210,22 @@ def schedule(run: Run) -> Schedule:
 
     steps = value("buffer.total_steps")
     if not isinstance(steps, int) or steps < 1:
-        raise SpecError(f"{run.config}: buffer.total_steps: {steps!r}; the experiment needs "
-                        "a whole number of steps (set it in the config or the spec's "
-                        "overrides)")
+        raise SpecError(f"buffer.total_steps is {steps!r} for {run.config.name} with the "
+                        "overrides: a run needs a whole number of steps >= 1")
     interval = value("tuner.algorithm.eval_interval_steps", "explorer.eval_interval")
     on_startup = value("explorer.eval_on_startup")
     evals = [s for s in range(1, steps + 1) if isinstance(interval, int) and interval > 0
              and s % interval == 0]
     return Schedule(steps, tuple(([0] if on_startup is not False else []) + evals))
+
+
+def schedules(spec: Spec) -> dict[str, Schedule]:
+    """:func:`schedule` of every run of ``spec`` by name; :class:`SpecError` names the spec
+    and the arm whose settings fail."""
+    out = {}
+    for run in spec.runs():
+        try:
+            out[run.name] = schedule(run)
+        except SpecError as exc:
+            raise SpecError(f"{spec.path}: arms.{run.arm}: {exc}") from None
+    return out
