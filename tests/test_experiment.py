@@ -176,9 +176,9 @@ def test_one_experiment_process_works_in_a_work_folder(tmp_path):
         work.mkdir()
         (work / "lock.json").write_text(json.dumps(
             {"pid": other.pid, "created": psutil.Process(other.pid).create_time()}))
-        with pytest.raises(plans.WorkLockError, match=f"experiment process {other.pid}"):
-            with plans.WorkLock(work):
-                pass
+        with pytest.raises(plans.WorkLockError, match=f"experiment process {other.pid}"), \
+                plans.WorkLock(work):
+            pass
     finally:
         other.kill()
         other.wait()
