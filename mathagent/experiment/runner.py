@@ -255,7 +255,7 @@ def finish(active: Active, out: Path, work: Path, model: Path,
                         active.folder / "train.log", active.started, ended)
     dest = lay_out(finished, out, read_apps(work / GPU_APPS), tokenizer=model)
     write_tables(out)
-    write_state(active.folder, stage="laid out", ended=ended, folder=str(dest))
+    write_state(active.folder, stage="laid out", ended=ended, laid_out=str(dest))
     if not keep_checkpoints:
         removed = remove_checkpoints(finished.job)
         if removed:
