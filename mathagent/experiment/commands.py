@@ -137,8 +137,9 @@ def print_plan(spec: Spec, planned: list[Planned], schedules: dict) -> None:
           f"{'/'.join(map(str, steps))} steps a run")
     total, unknown = 0.0, []
     for p in planned:
-        evals = ", ".join(map(str, schedules[p.run.name].eval_steps)) or "none"
-        line = f"  {p.state:8s} {p.run.name:24s} {p.run.config.name} (held-out at {evals})"
+        evals = ", ".join(map(str, schedules[p.run.name].eval_steps))
+        line = f"  {p.state:8s} {p.run.name:24s} {p.run.config.name} " + (
+            f"(held-out at {evals})" if evals else "(no held-out evaluation)")
         if p.state != DONE:
             guess = estimate(p.run, spec.out)
             if guess is None:

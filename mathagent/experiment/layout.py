@@ -192,7 +192,8 @@ def lay_out(run: Finished, out: Path, apps: pd.DataFrame, tokenizer: Path | None
     for f in ("explorer_meta.json", "trainer_meta.json"):
         if (run.job / f).is_file():
             shutil.copyfile(run.job / f, tmp / f)
-    print(f"{run.name}: {buffer_samples(run.job, tmp, tokenizer, buffer_seconds)}")
+    said = buffer_samples(run.job, tmp, tokenizer, buffer_seconds)
+    print(f"[{datetime.now():%H:%M:%S}] {run.name}: {said}", flush=True)
     log = run.log.read_text(errors="replace")
     (tmp / "train_log_excerpt.txt").write_text(log_excerpt(log))
     (tmp / "trinity_config_runtime.txt").write_text(runtime_config(log))
