@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mathagent import paths
+from mathagent import paths, results
 from mathagent.experiment.layout import Finished, lay_out, read_apps, write_tables
 from mathagent.experiment.progress import LogFollower, Progress, now, problem_lines
 from mathagent.experiment.spec import Run
@@ -253,8 +253,16 @@ def finish(active: Active, out: Path, work: Path, model: Path,
     finished = Finished(run.name, Path(params["checkpoint_job_dir"]),
                         records[-1].with_name("trinity_config.yaml"),
                         active.folder / "train.log", active.started, ended)
-    dest = lay_out(finished, out, read_apps(work / GPU_APPS), tokenizer=model)
-    write_tables(out)
+    try:
+        dest = lay_out(finished, out, read_apps(work / GPU_APPS), tokenizer=model)
+    except (OSError, ValueError) as exc:   # its files stay; the next call starts it again
+        print(f"[{now()}] {run.name}: trained, but could not be laid out: {exc}", flush=True)
+        return False
+    try:
+        write_tables(out)
+    except results.RunError as exc:   # the run folder is whole; the tables can be redone
+        print(f"[{now()}] {run.name}: the folder's tables were not rewritten: {exc}",
+              flush=True)
     write_state(active.folder, stage="laid out", ended=ended, laid_out=str(dest))
     if not keep_checkpoints:
         removed = remove_checkpoints(finished.job)
