@@ -247,3 +247,28 @@ def test_a_dry_run_names_the_arm_whose_preflight_fails(tmp_path):
 def test_spec_errors_are_value_errors_naming_the_file(tmp_path):
     with pytest.raises(SpecError, match=r"spec\.yaml: seeds: missing"):
         load_spec(write_spec(tmp_path, "out: x\narms: {random: configs/config_random_qwen.yaml}"))
+
+
+def test_a_new_output_folder_is_timed_by_the_specs_own_runs(tmp_path, capsys):
+    """``--out`` elsewhere: every run to do, each estimated from the committed runs of its arm
+    until the new folder has finished runs of its own."""
+    import dataclasses
+
+    from mathagent.experiment.commands import print_plan, timed_by
+    from mathagent.experiment.spec import schedules
+
+    spec = load_spec(SPEC)
+    mine = dataclasses.replace(spec, out=tmp_path / "mine")
+    assert timed_by(mine.out, spec.out) == COMMITTED
+    print_plan(mine, plans.plan(mine, tmp_path / "work"), schedules(mine), COMMITTED)
+    out = capsys.readouterr().out
+    took = pd.read_csv(COMMITTED / "startup.csv", index_col=0).loc["train command ends"]
+    assert out.count("  to do    ") == 9 and "Runs: 0 done, 9 to do (0 partial)" in out
+    total = sum(estimate(run, COMMITTED).minutes for run in spec.runs())
+    assert f"GPU time: about {total:.0f} min for 9 run(s)" in out
+    assert total == pytest.approx(took.sum(), rel=0.10)   # what the nine committed runs took
+    assert not (tmp_path / "mine").exists()
+    # once the new folder has a run of its own, it times the rest
+    (tmp_path / "two").mkdir()
+    copy = copy_experiment(tmp_path / "two", ["bots_seed1"])
+    assert timed_by(copy, spec.out) == copy

@@ -15,6 +15,7 @@ accuracy); each finished run is laid out in the folder, and the report is writte
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
@@ -56,6 +57,9 @@ def experiment_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parallel", type=int, default=1, metavar="N",
                         help="runs at once on the one GPU (default 1; more only where the "
                              "peak memory of the folder's runs allows)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="the output folder, instead of the spec's `out` (whose runs then "
+                             "give the GPU-time estimate until this folder has its own)")
     parser.add_argument("--model", default=None,
                         help="the policy, overriding the spec's `model`: a name (python -m "
                              "mathagent models), a .gguf file or a Hugging Face folder")
@@ -71,6 +75,9 @@ def experiment_command(args: argparse.Namespace) -> int:
     try:
         spec = load_spec(args.spec)
         schedules = spec_schedules(spec)
+        measured = spec.out
+        if args.out is not None:
+            spec = dataclasses.replace(spec, out=args.out.resolve())
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -79,7 +86,7 @@ def experiment_command(args: argparse.Namespace) -> int:
         return 2
     work = args.work or work_dir(spec)
     planned = plan(spec, work)
-    print_plan(spec, planned, schedules)
+    print_plan(spec, planned, schedules, timed_by(spec.out, measured))
     if args.dry_run:
         return preflight_arms(spec, args.model)
     todo = [p for p in planned if p.state != DONE]
@@ -129,8 +136,15 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
-def print_plan(spec: Spec, planned: list[Planned], schedules: dict) -> None:
-    """The runs, each with its state and, for those to do, its estimated minutes."""
+def timed_by(out: Path, spec_out: Path) -> Path:
+    """The folder whose runs' phase times give the estimate: ``out`` once it has finished
+    runs, else the spec's own folder (a new output folder is timed by the spec's runs)."""
+    return out if run_folders(out) or not run_folders(spec_out) else spec_out
+
+
+def print_plan(spec: Spec, planned: list[Planned], schedules: dict, timed: Path) -> None:
+    """The runs, each with its state and, for those to do, its estimated minutes (from the
+    phase times of ``timed``'s runs)."""
     steps = sorted({s.steps for s in schedules.values()})
     print(f"Experiment {_rel(spec.path)} -> {_rel(spec.out)}: {len(spec.arms)} arm(s) "
           f"({', '.join(spec.arms)}) x seeds {', '.join(map(str, spec.seeds))}, "
@@ -141,7 +155,7 @@ def print_plan(spec: Spec, planned: list[Planned], schedules: dict) -> None:
         line = f"  {p.state:8s} {p.run.name:24s} {p.run.config.name} " + (
             f"(held-out at {evals})" if evals else "(no held-out evaluation)")
         if p.state != DONE:
-            guess = estimate(p.run, spec.out)
+            guess = estimate(p.run, timed)
             if guess is None:
                 unknown.append(p.run.name)
             else:
@@ -156,18 +170,18 @@ def print_plan(spec: Spec, planned: list[Planned], schedules: dict) -> None:
           + (f" ({sum(p.state == PARTIAL for p in planned)} partial)" if todo else ""))
     if todo > len(unknown):
         print(f"GPU time: about {total:.0f} min for {todo - len(unknown)} run(s) one after the "
-              "other, from `train` to its end" + (f", and {len(unknown)} not estimated" if
-                                                  unknown else ""))
+              f"other, from `train` to its end (phase times of {_rel(timed)})"
+              + (f", and {len(unknown)} not estimated" if unknown else ""))
     if unknown:
         print(f"GPU time of {', '.join(unknown)}: no estimate (no finished run in the folder "
               "to measure it by)")
     if not todo:
         print("GPU time: none; every run is in the folder")
-    per_arm = {arm: estimate(run, spec.out) for arm, run in first_runs(spec).items()}
+    per_arm = {arm: estimate(run, timed) for arm, run in first_runs(spec).items()}
     if all(per_arm.values()):
         print("One more run would take about " + ", ".join(
             f"{arm} {guess.minutes:.1f} min" for arm, guess in per_arm.items())
-            + " (medians of the folder's runs of that arm)")
+            + f" (medians of the runs of that arm in {_rel(timed)})")
 
 
 def first_runs(spec: Spec) -> dict[str, Run]:
