@@ -200,8 +200,8 @@ def preflight_arms(spec: Spec, model: str | None) -> int:
     if folder is not None:
         env["TRINITY_MODEL_PATH"] = str(folder)
     else:
-        print(f"Model {model or spec.model}: exported to a Hugging Face folder before the "
-              "first run; the preflight checks the configs' default")
+        print(f"Model {model or spec.model}: its Hugging Face folder is made (once) before the "
+              "first run; the preflight checks the configs' own model path")
     failed = 0
     for arm, run in first_runs(spec).items():
         cmd = [sys.executable, "-m", "mathagent", "train", "--config", str(run.config),
