@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ray": ("mathagent.launch.commands", "Start, stop or inspect a local Ray head."),
     "export-model": ("mathagent.hf_export", "Write a model as a Hugging Face folder (vLLM, verl)."),
     "train": ("mathagent.launch.commands", "Preflight and launch Trinity-RFT training (GPU)."),
+    "experiment": ("mathagent.experiment.commands", "Run every arm and seed of an experiment spec, then its report (GPU)."),
     "train-local": ("mathagent.grpo.commands", "Tutorial-scale GRPO on a small model (CPU or one GPU)."),
     "plot": ("mathagent.results", "Read run folders and draw the results figures."),
     "report": ("mathagent.report", "Write a results folder's README.md from its runs."),

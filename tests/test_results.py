@@ -159,7 +159,7 @@ def test_run_without_params_falls_back_to_folder_name_and_default_seed(tmp_path)
 
 
 def _buffer_steps(job: Path, ratios: dict[int, object]) -> None:
-    """The run's ``buffer_steps.csv`` (scripts/gpu/buffer_samples.py) with these ratios."""
+    """The run's ``buffer_steps.csv`` (mathagent.experiment.buffer) with these ratios."""
     rows = "".join(f"{step},128,16,{ratio}\n" for step, ratio in ratios.items())
     (job / results.BUFFER_STEPS).write_text(
         f"step,experiences,tasks,effective_task_ratio\n{rows}")

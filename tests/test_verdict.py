@@ -361,7 +361,7 @@ def test_saved_replies_show_first_and_last_steps(tmp_path):
 
 
 def test_replies_of_a_trinity_buffer_read_without_a_truth(tmp_path):
-    """scripts/gpu/buffer_samples.py writes Trinity's replies with train-local's keys and a
+    """mathagent.experiment.buffer writes Trinity's replies with train-local's keys and a
     null truth: they read and print the same way, without a made-up reference answer."""
     records = [{"step": 1, "question": "Evaluate 2 + 3.", "truth": None, "reward": 1.0,
                 "response": "\\boxed{5}", "task_id": "7", "run_id": 0},
@@ -433,7 +433,7 @@ def test_saved_selector_refuses_in_one_line_what_it_cannot_rebuild(tmp_path):
 def test_replay_selector_draws_a_runs_batches_from_the_pass_rates_it_was_fed(tmp_path):
     """A stand-in for a GPU run's ``buffer_tasks.csv`` (``bots_seed0`` was collected before
     the table was written): the third arm's selector, built from that run's launched config,
-    draws four batches and is fed made-up pass rates, written as ``buffer_samples.py`` writes
+    draws four batches and is fed made-up pass rates, written as ``mathagent.experiment.buffer`` writes
     them. The replay draws the same tasks at every step and ends in the same state; a task the
     run did not draw shows."""
     run = tmp_path / "run"

@@ -144,7 +144,7 @@ def train_subprocess(config: str | Path, overrides: Sequence[str] = (),
 
 #: The first word of the lines that mark ``train``'s own start-up (after it, the time in the
 #: format of Trinity-RFT's log lines: local time, month-day), so that a run's log splits the
-#: time before Trinity's actors exist (``scripts/gpu/trinity_results.py`` reads them).
+#: time before Trinity's actors exist (``mathagent.experiment.layout`` reads them).
 LAUNCH_MARK = "launch"
 
 

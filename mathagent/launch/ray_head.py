@@ -285,7 +285,8 @@ def _ray_env() -> dict[str, str]:
 
 def start_ray_head(num_cpus: int | None = 1, port: int | None = None, temp_dir: str | None = None,
                    object_store_memory: int | None = None, timeout: float = 180.0,
-                   attempts: int = 3, num_gpus: int | None = None) -> RayHead:
+                   attempts: int = 3, num_gpus: int | None = None,
+                   env: dict[str, str] | None = None) -> RayHead:
     """Start a local Ray head like ``ray start --head --num-cpus=1 --include-dashboard=false``.
 
     ``num_cpus`` / ``num_gpus`` None let Ray offer every CPU and GPU of the machine (what a
@@ -305,7 +306,7 @@ def start_ray_head(num_cpus: int | None = 1, port: int | None = None, temp_dir: 
     for _ in range(max(1, attempts)):
         try:
             return _start_ray_head_once(num_cpus, port, temp_dir, object_store_memory, timeout,
-                                        num_gpus)
+                                        num_gpus, env)
         except RuntimeError as exc:
             errors.append(str(exc))
             if not _worth_retrying(str(exc), port_chosen_here=port is None):
@@ -327,7 +328,8 @@ def _worth_retrying(error: str, port_chosen_here: bool) -> bool:
 
 def _start_ray_head_once(num_cpus: int | None, port: int | None, temp_dir: str | None,
                          object_store_memory: int | None, timeout: float,
-                         num_gpus: int | None = None) -> RayHead:
+                         num_gpus: int | None = None,
+                         env: dict[str, str] | None = None) -> RayHead:
     """One ``ray start --head`` in a new session; record its processes before reaping it.
 
     ``ray start`` runs in a session and process group of its own whose id is its pid, and
@@ -352,7 +354,7 @@ def _start_ray_head_once(num_cpus: int | None, port: int | None, temp_dir: str |
     if object_store_memory:
         cmd.append(f"--object-store-memory={int(object_store_memory)}")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, env=_ray_env())
+                            start_new_session=True, env={**_ray_env(), **(env or {})})
     head = RayHead(address="", pgid=proc.pid, temp_dir=temp_dir, owns_temp_dir=owns)
     chunks: list[bytes] = []
 

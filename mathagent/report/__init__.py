@@ -3,7 +3,7 @@
 ``python -m mathagent report RESULTS_DIR`` (or :func:`write_report`) writes the folder's
 README.md from its hand-written ``experiment.yaml`` (:mod:`.spec`: the question, arms,
 settings and a few sentences that cite computed values by name) and its run folders, as
-``scripts/gpu/trinity_results.py`` lays them out (:mod:`.stats`: every number on the page).
+``mathagent.experiment.layout`` lays them out (:mod:`.stats`: every number on the page).
 ``--check`` writes nothing and exits 1 where the committed page differs, so a page can never
 drift from its runs (``tests/test_report.py`` checks every folder under ``results/``).
 """

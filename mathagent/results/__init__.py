@@ -5,7 +5,7 @@ Three kinds of run end up here, and all leave the same table: one row per
 without an evaluation) and ``effective_task_ratio``, plus a ``run`` column naming the folder.
 A Trinity run's effective task ratio is its ``pass_rate_calculator``'s; a run without that
 operator (``random``) takes it from the ``buffer_steps.csv`` beside its event files, where
-``scripts/gpu/buffer_samples.py`` computed it the same way from the run's experience buffer.
+``mathagent.experiment.buffer`` computed it the same way from the run's experience buffer.
 
 * **Trinity-RFT runs** (``python -m mathagent train``): TensorBoard event files under
   ``<checkpoint_job_dir>/monitor/tensorboard/{explorer,trainer}/``. Trinity 0.6.0 names the

@@ -255,7 +255,7 @@ def read_run(path: str | Path, selector: str | None = None, seed: int | None = N
     return table
 
 
-#: Per-step numbers read from a Trinity run's experience buffer (``scripts/gpu/buffer_samples.py``)
+#: Per-step numbers read from a Trinity run's experience buffer (``mathagent.experiment.buffer``)
 BUFFER_STEPS = "buffer_steps.csv"
 
 

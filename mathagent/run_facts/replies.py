@@ -20,7 +20,7 @@ def saved_replies(run: str | Path, steps: int | None = 2) -> pd.DataFrame:
     kept step where ``steps`` is None):
     ``step, question, truth, reward, words, response``. ``train-local`` keeps them; a Trinity
     run keeps them where ``collect`` could read its experience buffer
-    (``scripts/gpu/buffer_samples.py``, no truth). A run that keeps none raises
+    (``mathagent.experiment.buffer``, no truth). A run that keeps none raises
     :class:`RunError` saying so."""
     file = Path(run) / "samples.jsonl"
     if not file.is_file():
@@ -101,7 +101,7 @@ def replies_text(replies: pd.DataFrame, width: int = 100, max_chars: int = 240,
         shown = questions if tasks is None else questions[:tasks]
         for question in shown:
             same = group[group["question"] == question]
-            truth = same.iloc[0]["truth"]  # Trinity's buffer keeps none (buffer_samples.py)
+            truth = same.iloc[0]["truth"]  # Trinity's buffer keeps none (mathagent.experiment.buffer)
             known = truth is not None and not (isinstance(truth, float) and math.isnan(truth))
             lines.append(f"step {step}: {question}" + (f" (truth {truth})" if known else ""))
             for _, r in same.iterrows():

@@ -76,7 +76,7 @@ def saved_selector(run: str | Path, taskset: str | Path):
     return driver
 
 
-#: A Trinity run's per-step, per-task pass rates (``scripts/gpu/buffer_samples.py``).
+#: A Trinity run's per-step, per-task pass rates (``mathagent.experiment.buffer``).
 BUFFER_TASKS = "buffer_tasks.csv"
 
 

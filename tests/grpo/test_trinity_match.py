@@ -6,8 +6,6 @@ settings: these tests fail as soon as one side changes without the other.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import yaml
 
@@ -18,14 +16,14 @@ from mathagent.grpo import load_config
 MIRROR = paths.CONFIGS_DIR / "train_local_trinity.yaml"
 ENGINE = {sel: yaml.safe_load((paths.CONFIGS_DIR / f"config_{sel}_arithmetic.yaml").read_text())
           for sel in ("random", "difficulty", "bots")}
-SCRIPT = paths.REPO_ROOT / "scripts" / "gpu" / "trinity_h200.sh"
+SPEC = paths.CONFIGS_DIR / "experiment_arithmetic.yaml"
 
 
 def experiment_args() -> dict[str, str]:
-    """The dotlist overrides every run of the 40-step experiment gets (EXPERIMENT_ARGS)."""
-    line = re.search(r'^EXPERIMENT_ARGS="([^"]*)"', SCRIPT.read_text(), re.M)
-    assert line, f"{SCRIPT} has no EXPERIMENT_ARGS line"
-    return dict(item.split("=", 1) for item in line.group(1).split())
+    """The overrides every run of the 40-step experiment gets (its spec's)."""
+    from mathagent.experiment.spec import load_spec
+
+    return {k: str(v) for k, v in load_spec(SPEC).overrides.items()}
 
 
 @pytest.fixture(scope="module")

@@ -294,7 +294,7 @@ def test_the_train_report_shows_the_agent(data, tmp_path, capsys):
 
 def test_a_launch_marks_its_start_up_up_to_where_it_stops(data, tmp_path, capsys):
     """Without ``--dry-run`` ``train`` prints a timed mark once its config is loaded and
-    another once its preflight passes (scripts/gpu/trinity_results.py splits the start-up by
+    another once its preflight passes (mathagent.experiment.layout splits the start-up by
     them); a failed preflight stops it before the second."""
     rc, out, _ = train(["--config", str(CONFIGS / "config_random_1gpu.yaml"),
                         f"{TASKSET}.path={tmp_path / 'missing'}", f"{EVAL0}.path={data['aime']}",

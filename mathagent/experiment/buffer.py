@@ -1,6 +1,6 @@
-#!/usr/bin/env python3
 """Replies of the first and last explore step, and per-step numbers, from a run's experience
-buffer.
+buffer (``python -m mathagent.experiment.buffer JOB OUT``; the ``experiment`` command runs it
+for every finished run, in a process of its own with a time limit).
 
 Where a Trinity-RFT run keeps its experiences (all under ``<job folder>/buffer/``):
 
@@ -85,7 +85,7 @@ TASK_COLUMNS = ["step", "taskset", "task_index", "experiences", "pass_rate"]
 
 
 class BadInput(Exception):
-    """Input this script cannot use; its message is the one line printed."""
+    """Input this module cannot use; its message is the one line printed."""
 
 
 @dataclass
@@ -459,9 +459,10 @@ def main(argv: list[str] | None = None) -> int:
         except SQLAlchemyError as exc:
             raise BadInput(f"{db}: cannot be read ({str(exc).splitlines()[0]})") from exc
     except (BadInput, ImportError) as exc:
-        print(f"buffer_samples.py: {exc}", file=sys.stderr)
+        print(f"buffer: {exc}", file=sys.stderr)
         return 2
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

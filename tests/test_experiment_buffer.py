@@ -1,10 +1,10 @@
-"""``scripts/gpu/buffer_samples.py``: replies and per-step numbers from a run's experience buffer.
+"""``mathagent.experiment.buffer``: replies and per-step numbers from a run's experience buffer.
 
 The buffer is written by Trinity-RFT's own code, the way a run's experience pipeline writes
 its input: an SQL buffer writer named ``pipeline_input`` on ``<job>/buffer/explorer_output.db``
 (``trinity.buffer.pipelines.experience_pipeline``), without Ray. It holds three explore steps
-of made-up experiences with known texts, rewards and tool calls; the script runs as a
-subprocess, as on the GPU machine.
+of made-up experiences with known texts, rewards and tool calls; the module runs as a
+subprocess, as the ``experiment`` command runs it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from bounds import hang_bound
 
 from mathagent import paths
 
-SCRIPT = paths.REPO_ROOT / "scripts" / "gpu" / "buffer_samples.py"
+MODULE = "mathagent.experiment.buffer"
 # Trinity's SQL writer declares a table's classes anew each time it opens it
 pytestmark = pytest.mark.filterwarnings("ignore:This declarative base already contains")
 SYSTEM = {"role": "system", "content": "Solve the task."}
@@ -105,9 +104,9 @@ def three_steps() -> list:
     ]
 
 
-def run_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True,
-                          text=True, timeout=hang_bound(300))
+def run_module(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", MODULE, *map(str, args)], capture_output=True,
+                          text=True, timeout=hang_bound(300), cwd=paths.REPO_ROOT)
 
 
 def read_outputs(out: Path) -> tuple[list[dict], list[dict]]:
@@ -119,11 +118,11 @@ def read_outputs(out: Path) -> tuple[list[dict], list[dict]]:
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    """The script's outputs for a checkpoint root above a job folder with three steps."""
+    """The module's outputs for a checkpoint root above a job folder with three steps."""
     root = tmp_path_factory.mktemp("ckpt")
     write_buffer(root / "Project" / "Name", three_steps())
     out = root.parent / "samples"
-    done = run_script(root, out, "--per-step", "3")
+    done = run_module(root, out, "--per-step", "3")
     assert done.returncode == 0, done.stderr
     assert "10 experiences of steps 1-3" in done.stdout
     return read_outputs(out)
@@ -195,7 +194,7 @@ def test_the_effective_task_ratio_groups_tasks_as_trinitys_pass_rate_calculator(
     _, metric = PassRateCalculator().process(exps)
     assert metric["selection/valid_ratio"] == pytest.approx(1 / 3)
     write_buffer(tmp_path / "job", exps)
-    done = run_script(tmp_path / "job", tmp_path / "out")
+    done = run_module(tmp_path / "job", tmp_path / "out")
     assert done.returncode == 0, done.stderr
     _, steps = read_outputs(tmp_path / "out")
     assert [(row["tasks"], row["effective_task_ratio"]) for row in steps] == [("4", "0.3333")]
@@ -217,7 +216,7 @@ def test_a_step_where_every_task_passes_or_fails_has_an_effective_task_ratio_of_
     write_buffer(tmp_path / "job", [experience(1, "0", 0, 1.0), experience(1, "0", 1, 1.0),
                                     experience(1, "0", 2, None),
                                     experience(1, "1", 0, 0.0), experience(1, "1", 1, 0.0)])
-    done = run_script(tmp_path / "job", tmp_path / "out")
+    done = run_module(tmp_path / "job", tmp_path / "out")
     assert done.returncode == 0, done.stderr
     _, steps = read_outputs(tmp_path / "out")
     assert [(row["agent_runs"], row["effective_task_ratio"]) for row in steps] == [("5", "0.0")]
@@ -226,18 +225,18 @@ def test_a_step_where_every_task_passes_or_fails_has_an_effective_task_ratio_of_
 def test_a_folder_without_a_buffer_or_with_an_empty_one_is_one_line_and_status_2(tmp_path):
     job = tmp_path / "job"
     (job / "monitor").mkdir(parents=True)
-    done = run_script(job, tmp_path / "out")
+    done = run_module(job, tmp_path / "out")
     assert done.returncode == 2
-    assert done.stderr == f"buffer_samples.py: {job}: no experience database (*.db) under it\n"
+    assert done.stderr == f"buffer: {job}: no experience database (*.db) under it\n"
     assert not (tmp_path / "out").exists()
 
     db = write_buffer(job, [])
-    done = run_script(job, tmp_path / "out")
+    done = run_module(job, tmp_path / "out")
     assert done.returncode == 2
     assert done.stderr == \
-        f"buffer_samples.py: {db}: the experience buffer (pipeline_input) is empty\n"
+        f"buffer: {db}: the experience buffer (pipeline_input) is empty\n"
 
-    done = run_script(tmp_path / "missing", tmp_path / "out")
+    done = run_module(tmp_path / "missing", tmp_path / "out")
     assert (done.returncode, done.stderr.count("\n")) == (2, 1)
     assert "missing: no such folder" in done.stderr
 
@@ -265,44 +264,14 @@ def test_with_a_tokenizer_question_and_reply_come_from_the_token_ids(tmp_path):
     exp = experience(1, "0", 0, 1.0, tokens=prompt + answer, prompt_length=len(prompt),
                      response_text="")
     write_buffer(tmp_path / "job", [exp])
-    done = run_script(tmp_path / "job", tmp_path / "out", "--tokenizer", folder)
+    done = run_module(tmp_path / "job", tmp_path / "out", "--tokenizer", folder)
     assert done.returncode == 0, done.stderr
     samples, steps = read_outputs(tmp_path / "out")
     assert samples[0]["question"] == "What is 6*7?"
     assert samples[0]["response"] == CALL and samples[0]["tool_calls"] == 1
     assert steps[0]["tool_call_rate"] == "1.0"
 
-    done = run_script(tmp_path / "job", tmp_path / "out2")   # without: content only
+    done = run_module(tmp_path / "job", tmp_path / "out2")   # without: content only
     samples, _ = read_outputs(tmp_path / "out2")
     assert (samples[0]["question"], samples[0]["response"], samples[0]["tool_calls"]) == \
         (None, "", 0)
-
-
-def test_collect_packs_the_samples_with_the_run(tmp_path):
-    """``trinity_h200.sh collect`` runs the script on each run's job folder: the two files
-    travel in the run's tgz."""
-    import tarfile
-
-    from test_gpu_scripts import SCRIPT as RUN_SCRIPT
-    from test_gpu_scripts import make_work
-
-    w, out = tmp_path / "w", tmp_path / "out"
-    make_work(w)
-    write_buffer(w / "ckpt" / "random_seed1" / "Project" / "Name", three_steps())
-    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"   # python3: this interpreter
-    env = {**os.environ, "W": str(w), "OUT": str(out), "B": str(tmp_path / "b"), "PATH": path}
-    done = subprocess.run(["bash", str(RUN_SCRIPT), "collect"], env=env, capture_output=True,
-                          text=True, timeout=hang_bound(300))
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "random_seed1: " in done.stdout and "10 experiences of steps 1-3" in done.stdout
-    with tarfile.open(out / "random_seed1.tgz") as tar:
-        steps = tar.extractfile("random_seed1/samples/buffer_steps.csv").read().decode()
-        samples = tar.extractfile("random_seed1/samples/samples.jsonl").read().decode()
-        names = tar.getnames()
-    assert steps.splitlines()[1].startswith("1,0,6,3,5,0.5,")
-    with tarfile.open(out / "random_seed1.tgz") as tar:   # no task_index: tasks by their id
-        tasks_csv = tar.extractfile("random_seed1/samples/buffer_tasks.csv").read().decode()
-    assert tasks_csv.splitlines()[:3] == ["step,taskset,task_index,experiences,pass_rate",
-                                          "1,,,1,1.0", "1,,,3,0.3333333333333333"]
-    assert len(samples.splitlines()) == 6 + 2   # all of steps 1 and 3: fewer than 16 each
-    assert not any(n.endswith(".db") for n in names)   # the buffer itself stays behind

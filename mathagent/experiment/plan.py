@@ -1,0 +1,113 @@
+"""Which runs of an experiment are done, which to do, and where a killed run's files go.
+
+A run is **done** when the output folder holds its finished folder (``OUT/<run>/`` with
+``params.json`` and ``timings.json``: :func:`mathagent.experiment.layout.lay_out` renames a
+folder into place only once it is whole). Otherwise it is **to do**, and **partial** when an
+earlier try left files: its work folder (``WORK/<run>/``, a run killed or failed midway), a
+half-written ``OUT/.<run>.tmp`` or an ``OUT/<run>/`` without those files. Before such a run
+starts again from scratch, :func:`move_aside` moves those files to ``WORK/aside/<run>.<k>/``:
+kept, never mixed into the new try or the results.
+
+One experiment process at a time works in a work folder (:class:`WorkLock`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from mathagent.experiment.layout import RUN_FILES
+from mathagent.experiment.spec import Run, Spec
+
+DONE, TODO, PARTIAL = "done", "to do", "partial"
+ASIDE = "aside"
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A run and its state; ``leftovers`` are the files an earlier try left (partial)."""
+
+    run: Run
+    state: str
+    leftovers: tuple[Path, ...] = ()
+
+
+def work_dir(spec: Spec) -> Path:
+    """The default work folder of ``spec``'s runs: ``runs/experiment/<out folder's name>``."""
+    from mathagent import paths
+
+    return paths.runs_dir() / "experiment" / spec.out.name
+
+
+def is_finished(folder: Path) -> bool:
+    return folder.is_dir() and all((folder / f).is_file() for f in RUN_FILES)
+
+
+def plan(spec: Spec, work: Path) -> list[Planned]:
+    """Every run of ``spec`` with its state in ``spec.out`` and ``work``."""
+    planned = []
+    for run in spec.runs():
+        result = spec.out / run.name
+        if is_finished(result):
+            planned.append(Planned(run, DONE))
+            continue
+        leftovers = tuple(p for p in (work / run.name, spec.out / f".{run.name}.tmp", result)
+                          if p.exists())
+        planned.append(Planned(run, PARTIAL if leftovers else TODO, leftovers))
+    return planned
+
+
+def move_aside(planned: Planned, work: Path) -> Path | None:
+    """Move a partial run's leftovers to ``work/aside/<run>.<k>/`` (``k`` the first free
+    number); return that folder (None when there was nothing to move)."""
+    if not planned.leftovers:
+        return None
+    k = 1
+    while (work / ASIDE / f"{planned.run.name}.{k}").exists():
+        k += 1
+    target = work / ASIDE / f"{planned.run.name}.{k}"
+    target.mkdir(parents=True)
+    names = {work / planned.run.name: "work"}
+    for path in planned.leftovers:
+        # the work folder, the half-written OUT/.<run>.tmp, an incomplete OUT/<run>
+        name = names.get(path) or ("result.tmp" if path.name.endswith(".tmp") else "result")
+        shutil.move(str(path), str(target / name))
+    return target
+
+
+class WorkLockError(RuntimeError):
+    """Another live experiment process holds the work folder."""
+
+
+class WorkLock:
+    """``work/lock.json`` holds the pid and start time of the experiment process working
+    there; a second process is refused while the first lives (a lock whose process is gone is
+    taken over: that process was killed)."""
+
+    def __init__(self, work: Path) -> None:
+        self.file = work / "lock.json"
+
+    def __enter__(self) -> WorkLock:
+        import psutil
+
+        from mathagent.reaper import same_process
+
+        if self.file.is_file():
+            try:
+                held = json.loads(self.file.read_text())
+                owner = same_process(int(held["pid"]), float(held["created"]))
+            except (ValueError, KeyError, TypeError):
+                owner = None
+            if owner is not None and owner.pid != os.getpid():
+                raise WorkLockError(f"{self.file}: experiment process {owner.pid} works in "
+                                    f"{self.file.parent}; wait for it or stop it")
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        me = psutil.Process()
+        self.file.write_text(json.dumps({"pid": me.pid, "created": me.create_time()}) + "\n")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.file.unlink(missing_ok=True)

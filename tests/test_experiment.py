@@ -1,0 +1,274 @@
+"""``python -m mathagent experiment``: the spec and its errors, the plan (a finished run
+skipped, a partial one moved aside and started again), the GPU-time estimate from the
+committed experiment's phase times, and the dry run of ``configs/experiment_qwen.yaml``.
+
+The committed experiment is ``results/trinity_qwen/`` (three arms x seeds 0-2 of the Qwen
+policy); its ``phase_times.csv`` and ``startup.csv`` hold the phase times the estimate uses.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from bounds import hang_bound
+
+from mathagent import paths
+from mathagent.cli import main
+from mathagent.experiment import plan as plans
+from mathagent.experiment.estimate import estimate
+from mathagent.experiment.spec import SEED_KEYS, SpecError, load_spec, schedule
+
+SPEC = paths.CONFIGS_DIR / "experiment_qwen.yaml"
+SHORT = paths.CONFIGS_DIR / "experiment_qwen_short.yaml"
+COMMITTED = paths.RESULTS_DIR / "trinity_qwen"
+
+
+def test_the_committed_spec_is_the_committed_experiment():
+    spec = load_spec(SPEC)
+    assert spec.out == COMMITTED
+    assert list(spec.arms) == ["random", "difficulty", "bots"]
+    assert list(spec.arms.values()) == list(paths.QWEN_EXPERIMENT_CONFIGS.values())
+    assert spec.seeds == paths.QWEN_EXPERIMENT_SEEDS
+    runs = spec.runs()
+    # every run has a folder of that name in the committed experiment, with that seed
+    for run in runs:
+        params = json.loads((COMMITTED / run.name / "params.json").read_text())
+        assert params["seed"] == run.seed
+        assert Path(params["config"]).name == run.config.name
+        assert [f"{key}={run.seed}" for key in SEED_KEYS] == list(run.overrides[-2:])
+    assert {r.name for r in runs} == {d.name for d in COMMITTED.iterdir()
+                                      if (d / "params.json").is_file()}
+    assert {schedule(r).steps for r in runs} == {16}
+    assert {schedule(r).eval_steps for r in runs} == {(8, 16)}
+
+
+def test_overrides_set_the_steps_and_evaluations_of_every_run():
+    spec = load_spec(SHORT)
+    assert [r.name for r in spec.runs()] == ["random_seed0", "bots_seed0"]
+    for run in spec.runs():
+        assert "buffer.total_steps=3" in run.overrides
+        assert schedule(run).steps == 3 and schedule(run).eval_steps == (3,)
+
+
+def write_spec(folder: Path, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "spec.yaml").write_text(text)
+    return folder / "spec.yaml"
+
+
+def test_the_tuner_interval_wins_over_the_explorers_as_tune_writes_it(tmp_path):
+    # tune() writes tuner.algorithm.eval_interval_steps over explorer.eval_interval
+    spec = load_spec(write_spec(tmp_path, f"""
+out: {tmp_path / 'out'}
+arms: {{random: configs/config_random_qwen.yaml}}
+seeds: [4]
+overrides: {{explorer.eval_interval: 2, buffer.total_steps: 8, explorer.eval_on_startup: true}}
+"""))
+    assert schedule(spec.runs()[0]).eval_steps == (0, 8)   # the config's tuner block: 8
+    assert spec.runs()[0].overrides[-1] == "explorer.rollout_model.seed=4"
+    assert "explorer.eval_on_startup=true" in spec.runs()[0].overrides
+
+
+GOOD = """out: {out}
+arms:
+  random: configs/config_random_qwen.yaml
+seeds: [0]
+"""
+
+
+@pytest.mark.parametrize("text, says", [
+    ("- a list", "a spec is a mapping of out, arms, seeds, overrides, model"),
+    ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\nsteps: 3",
+     "steps: unknown key"),
+    ("out: x\narms: {random: configs/config_random_qwen.yaml}", "seeds: missing"),
+    ("out: x\narms: [configs/config_random_qwen.yaml]\nseeds: [0]", "arms: a mapping"),
+    ("out: x\narms: {Random: configs/config_random_qwen.yaml}\nseeds: [0]", "arms.Random:"),
+    ("out: x\narms: {random: configs/nope.yaml}\nseeds: [0]",
+     "arms.random: configs/nope.yaml: no such file"),
+    ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0, -1]", "seeds: a list"),
+    ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [1, 1]", "seeds: a seed twice"),
+    ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\n"
+     "overrides: {explorer.rollout_model.seed: 3}", "overrides.explorer.rollout_model.seed:"),
+    ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\n"
+     "overrides: {buffer.total_steps: [3]}", "overrides.buffer.total_steps: one value"),
+    ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\n"
+     "overrides: {buffer.total_steps: 0}", "arms.random: buffer.total_steps is 0"),
+    ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\nmodel: 3",
+     "model: a model name"),
+    ("out: x\nseeds: [0\n", "not valid YAML (line "),
+])
+def test_a_bad_spec_is_one_line_naming_the_key_and_writes_nothing(tmp_path, capsys, text, says):
+    spec = write_spec(tmp_path / "spec", text)
+    work = tmp_path / "work"
+    code = main(["experiment", str(spec), "--dry-run", "--work", str(work)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith(f"error: {spec}") and says in err, err
+    assert not work.exists() and not (tmp_path / "x").exists()
+
+
+def test_a_missing_spec_file_is_one_line(tmp_path, capsys):
+    assert main(["experiment", str(tmp_path / "none.yaml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot read the spec" in err
+
+
+def test_the_committed_experiment_plans_every_run_done():
+    spec = load_spec(SPEC)
+    planned = plans.plan(spec, Path("/nonexistent/work"))
+    assert [p.state for p in planned] == [plans.DONE] * 9
+
+
+def copy_experiment(tmp_path: Path, runs: list[str]) -> Path:
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in runs:
+        shutil.copytree(COMMITTED / name, out / name)
+    for table in ("phase_times.csv", "startup.csv"):
+        shutil.copyfile(COMMITTED / table, out / table)
+    return out
+
+
+def test_the_plan_skips_finished_runs_and_moves_a_partial_runs_files_aside(tmp_path):
+    out = copy_experiment(tmp_path, ["random_seed0", "random_seed1", "bots_seed0"])
+    (out / "bots_seed0" / "timings.json").unlink()         # a folder that is not whole
+    (out / ".random_seed2.tmp").mkdir()                    # a layout cut short
+    work = tmp_path / "work"
+    (work / "difficulty_seed0").mkdir(parents=True)        # a try killed midway
+    (work / "difficulty_seed0" / "train.log").write_text("Explore step 3 started\n")
+    spec = load_spec(write_spec(tmp_path, f"""out: {out}
+arms: {{random: configs/config_random_qwen.yaml, difficulty: configs/config_difficulty_qwen.yaml,
+        bots: configs/config_bots_qwen.yaml}}
+seeds: [0, 1, 2]
+"""))
+    states = {p.run.name: p for p in plans.plan(spec, work)}
+    assert {n: p.state for n, p in states.items()} == {
+        "random_seed0": "done", "random_seed1": "done", "random_seed2": "partial",
+        "difficulty_seed0": "partial", "difficulty_seed1": "to do", "difficulty_seed2": "to do",
+        "bots_seed0": "partial", "bots_seed1": "to do", "bots_seed2": "to do"}
+    # kept aside, each try in a folder of its own, and the plan then starts from scratch
+    kept = plans.move_aside(states["difficulty_seed0"], work)
+    assert kept == work / "aside" / "difficulty_seed0.1"
+    assert (kept / "work" / "train.log").read_text() == "Explore step 3 started\n"
+    kept = plans.move_aside(states["bots_seed0"], work)
+    assert (kept / "result" / "params.json").is_file() and not (out / "bots_seed0").exists()
+    assert plans.move_aside(states["random_seed2"], work) == work / "aside" / "random_seed2.1"
+    assert (work / "aside" / "random_seed2.1" / "result.tmp").is_dir()
+    again = {p.run.name: p.state for p in plans.plan(spec, work)}
+    assert again["difficulty_seed0"] == again["bots_seed0"] == again["random_seed2"] == "to do"
+    (work / "difficulty_seed0").mkdir()
+    assert plans.move_aside(plans.plan(spec, work)[3], work) == \
+        work / "aside" / "difficulty_seed0.2"
+
+
+def test_one_experiment_process_works_in_a_work_folder(tmp_path):
+    import psutil
+
+    work = tmp_path / "work"
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        work.mkdir()
+        (work / "lock.json").write_text(json.dumps(
+            {"pid": other.pid, "created": psutil.Process(other.pid).create_time()}))
+        with pytest.raises(plans.WorkLockError, match=f"experiment process {other.pid}"), \
+                plans.WorkLock(work):
+            pass
+    finally:
+        other.kill()
+        other.wait()
+    # its process gone (killed), the lock is taken over and given back at the end
+    with plans.WorkLock(work):
+        assert json.loads((work / "lock.json").read_text())["pid"] == psutil.Process().pid
+    assert not (work / "lock.json").exists()
+
+
+def test_the_estimate_of_a_run_is_near_what_the_committed_runs_took():
+    """From the committed phase times, the estimate of a 16-step run of each arm lies within
+    10% of the median of that arm's three runs' minutes from `train` to its end."""
+    spec = load_spec(SPEC)
+    startup = pd.read_csv(COMMITTED / "startup.csv", index_col=0)
+    took = startup.loc["train command ends"]
+    for run in spec.runs()[::3]:   # one run of each arm
+        guess = estimate(run, COMMITTED)
+        arm = [c for c in took.index if c.startswith(f"{run.arm}_seed")]
+        assert guess.based_on == tuple(arm)
+        assert guess.minutes == pytest.approx(took[arm].median(), rel=0.10), run.arm
+        assert took[arm].min() * 0.9 <= guess.minutes <= took[arm].max() * 1.1
+
+
+def test_the_estimate_follows_the_steps_and_needs_runs_to_measure_by(tmp_path):
+    short = load_spec(SHORT).runs()[0]
+    full = load_spec(SPEC).runs()[0]
+    assert estimate(short, COMMITTED).minutes < estimate(full, COMMITTED).minutes
+    assert estimate(short, tmp_path) is None
+    # an arm the folder has no run of is estimated from all its runs
+    out = copy_experiment(tmp_path, [])
+    phases = pd.read_csv(out / "phase_times.csv", index_col=0)
+    phases[[c for c in phases.columns if not c.startswith("random")]].to_csv(
+        out / "phase_times.csv")
+    assert len(estimate(full, out).based_on) == 6
+
+
+def test_the_dry_run_of_the_committed_experiment(tmp_path):
+    """Every arm through `train`'s preflight (a real one, on this CPU machine), the plan and
+    the estimate; nothing is written."""
+    before = sorted(COMMITTED.rglob("*"))
+    done = subprocess.run([sys.executable, "-m", "mathagent", "experiment", str(SPEC),
+                           "--dry-run", "--work", str(tmp_path / "work")], capture_output=True,
+                          text=True, cwd=paths.REPO_ROOT, timeout=hang_bound(900))
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "-> results/trinity_qwen: 3 arm(s) (random, difficulty, bots) x seeds 0, 1, 2, " \
+           "16 steps a run" in out
+    assert out.count("  done     ") == 9 and "Runs: 9 done, 0 to do" in out
+    for arm in ("random", "difficulty", "bots"):
+        assert f"Preflight {arm}: passed" in out
+    assert "One more run would take about random " in out
+    assert sorted(COMMITTED.rglob("*")) == before and not (tmp_path / "work").exists()
+
+
+def test_a_dry_run_names_the_arm_whose_preflight_fails(tmp_path):
+    spec = write_spec(tmp_path, GOOD.format(out=tmp_path / "out")
+                      + "overrides: {buffer.no_such_key: 3}\n")
+    done = subprocess.run([sys.executable, "-m", "mathagent", "experiment", str(spec),
+                           "--dry-run"], capture_output=True, text=True, cwd=paths.REPO_ROOT,
+                          timeout=hang_bound(600))
+    assert done.returncode == 1
+    assert "Preflight random: failed (config_random_qwen.yaml)" in done.stdout
+    assert "buffer.no_such_key" in done.stdout
+
+
+def test_spec_errors_are_value_errors_naming_the_file(tmp_path):
+    with pytest.raises(SpecError, match=r"spec\.yaml: seeds: missing"):
+        load_spec(write_spec(tmp_path, "out: x\narms: {random: configs/config_random_qwen.yaml}"))
+
+
+def test_a_new_output_folder_is_timed_by_the_specs_own_runs(tmp_path, capsys):
+    """``--out`` elsewhere: every run to do, each estimated from the committed runs of its arm
+    until the new folder has finished runs of its own."""
+    import dataclasses
+
+    from mathagent.experiment.commands import print_plan, timed_by
+    from mathagent.experiment.spec import schedules
+
+    spec = load_spec(SPEC)
+    mine = dataclasses.replace(spec, out=tmp_path / "mine")
+    assert timed_by(mine.out, spec.out) == COMMITTED
+    print_plan(mine, plans.plan(mine, tmp_path / "work"), schedules(mine), COMMITTED)
+    out = capsys.readouterr().out
+    took = pd.read_csv(COMMITTED / "startup.csv", index_col=0).loc["train command ends"]
+    assert out.count("  to do    ") == 9 and "Runs: 0 done, 9 to do (0 partial)" in out
+    total = sum(estimate(run, COMMITTED).minutes for run in spec.runs())
+    assert f"GPU time: about {total:.0f} min for 9 run(s)" in out
+    assert total == pytest.approx(took.sum(), rel=0.10)   # what the nine committed runs took
+    assert not (tmp_path / "mine").exists()
+    # once the new folder has a run of its own, it times the rest
+    (tmp_path / "two").mkdir()
+    copy = copy_experiment(tmp_path / "two", ["bots_seed1"])
+    assert timed_by(copy, spec.out) == copy
