@@ -6,7 +6,6 @@ laying out a run's folder is ``tests/test_experiment_layout.py``'s.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
