@@ -32,6 +32,7 @@ import argparse
 import json
 import math
 import sys
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,10 @@ TRINITY_DEFAULT_SEED = 42
 EVENT_GLOB = "events.out.tfevents.*"
 
 
+class CutShortWarning(UserWarning):
+    """An event file that ends in an unfinished record: what it held after the cut is lost."""
+
+
 class RunError(ValueError):
     """A run folder that cannot be read; the message names the path and what is missing."""
 
@@ -62,9 +67,12 @@ def read_scalars(path: str | Path) -> pd.DataFrame:
     """All scalars of one event file, or of every event file under a folder.
 
     Returns columns ``tag, step, value, wall_time, file``; when a (tag, step) was written
-    twice (a resumed run), the later write wins.
+    twice (a resumed run), the later write wins. A file cut short in a record (a killed run)
+    is read up to the cut, with a warning naming the file and the steps it lost.
     """
     from tensorboard.backend.event_processing import event_accumulator
+
+    from mathagent.event_files import lost_steps, unfinished_tail
 
     path = Path(path)
     files = sorted(path.rglob(EVENT_GLOB)) if path.is_dir() else [path]
@@ -85,6 +93,12 @@ def read_scalars(path: str | Path) -> pd.DataFrame:
             frames.append(pd.DataFrame({"tag": tag, "step": [e.step for e in ev],
                                         "value": values,
                                         "wall_time": [e.wall_time for e in ev], "file": str(f)}))
+        cut = unfinished_tail(f)
+        if cut:
+            mine = [fr for fr in frames if (fr["file"] == str(f)).all()]
+            read = pd.concat(mine) if mine else pd.DataFrame(columns=["tag", "step"])
+            warnings.warn(f"{f} is cut short ({cut} bytes of an unfinished record at its "
+                          f"end): {lost_steps(read)}", CutShortWarning, stacklevel=2)
     if not frames:
         return pd.DataFrame(columns=["tag", "step", "value", "wall_time", "file"])
     out = pd.concat(frames, ignore_index=True).sort_values("wall_time", kind="stable")
@@ -662,7 +676,14 @@ def plot_command(args: argparse.Namespace) -> int:
                 raise OutputError(f"{args.out}: holds the input {inputs[0]}; choose an --out "
                                   "outside the run folders")
             check_output(args.out, args.force)  # before reading: fail fast
-        table = load_runs(args.runs, eval_taskset=args.eval_taskset)
+        with warnings.catch_warnings(record=True) as cut:
+            warnings.simplefilter("always", CutShortWarning)
+            table = load_runs(args.runs, eval_taskset=args.eval_taskset)
+        for w in cut:
+            if issubclass(w.category, CutShortWarning):
+                print(f"warning: {w.message}", file=sys.stderr)
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     except (RunError, OutputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
