@@ -152,7 +152,7 @@ def _child_args(limits: SandboxLimits, work: str, report_fd: int,
               "rlimits": {"RLIMIT_AS": [limits.memory_bytes] * 2, "RLIMIT_CPU": [cpu, cpu + 1],
                           "RLIMIT_FSIZE": [limits.file_bytes] * 2,
                           "RLIMIT_NOFILE": [limits.open_files] * 2, "RLIMIT_CORE": [0, 0],
-                          "RLIMIT_NPROC": [0, 0]}}  # no new process (nor thread) unless root
+                          "RLIMIT_NPROC": [0, 0]}}  # no process nor thread (root: only as uid 65534)
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": work,
            "TMPDIR": work, "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8",
            "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
