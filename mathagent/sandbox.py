@@ -387,9 +387,13 @@ def _kill_sandbox(proc: subprocess.Popen, info_r: int | None) -> None:
 
 
 def _read_all(fd: int) -> bytes:
+    """What the child reported (written at its start), without waiting on a process that
+    still holds the pipe (without the kernel layer, one that left the group could)."""
+    os.set_blocking(fd, False)
     chunks = []
-    while chunk := os.read(fd, 1 << 16):
-        chunks.append(chunk)
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
     return b"".join(chunks)
 
 
