@@ -16,14 +16,14 @@ so it is recorded wherever pass rates are stored.
 
 **The Python tool.** The prompt promises code execution but the upstream agent has no tool.
 ``AgentOptions(python_tool=True)`` equips ``execute_python_code`` from :mod:`mathagent.sandbox`:
-each call runs in a fresh child process with its own empty folder, a clean environment, no
-network, kernel limits on memory, CPU, file sizes and processes, an audit hook refusing
-processes, sockets and writes outside its folder, and a wall-clock limit of ``tool_timeout``
-seconds; its output is cut to a few thousand characters. The limits are fixed when the tool
-is made: the model's only argument is ``code``. It is off by default so the default matches
-the reference. The sandbox is defence in depth, not a security boundary (its docstring says
-what it does not stop): enable the tool where running model-written code is acceptable.
-Nothing else in the package executes model text.
+each call runs in a fresh child process under bubblewrap (its own user, mount, PID and network
+namespaces as an unprivileged user, a read-only system, one small folder of its own and a
+seccomp filter), with a clean environment, kernel limits on memory, CPU, file sizes and
+processes, an audit hook refusing processes, sockets and writes outside its folder, and a
+wall-clock limit of ``tool_timeout`` seconds; its output is cut to a few thousand characters.
+The limits are fixed when the tool is made: the model's only argument is ``code``. It is off
+by default so the default matches the reference. docs/sandbox.md says which layer stops
+which attack and what none of them stops. Nothing else in the package executes model text.
 
 **Tool calls.** Every workflow returns ``metrics={"tool_calls": n, "tool_errors": k}`` in its
 ``WorkflowOutput`` (:func:`count_tool_use`): the tool calls in the agent's memory and the
@@ -55,7 +55,7 @@ from agentscope.tool import Toolkit
 from agentscope.tuner import WorkflowOutput
 
 from mathagent.outputs import parse_jsonl
-from mathagent.sandbox import ERROR_MARKER, SandboxLimits, python_tool
+from mathagent.sandbox import ERROR_MARKER, SandboxLimits, python_tool, timeout_problem
 from mathagent.serving import ModelSettings
 from mathagent.text_tool_calls import TextToolCalls
 
@@ -104,8 +104,9 @@ class AgentOptions:
         if self.prompt_variant not in SYSTEM_PROMPTS:
             raise ValueError(f"prompt_variant={self.prompt_variant!r}: choose one of "
                              f"{sorted(SYSTEM_PROMPTS)}")
-        if self.tool_timeout <= 0:
-            raise ValueError(f"tool_timeout must be positive, got {self.tool_timeout}")
+        problem = timeout_problem(self.tool_timeout)
+        if problem:
+            raise ValueError(f"tool_timeout {problem}")
         if self.max_iters < 1:
             raise ValueError(f"max_iters must be >= 1, got {self.max_iters}")
 

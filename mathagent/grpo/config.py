@@ -14,7 +14,7 @@ from typing import Any
 
 from mathagent import paths, settings
 from mathagent.policy import MODEL_PATH_ENV, PromptConfig
-from mathagent.sandbox import SandboxLimits
+from mathagent.sandbox import SandboxLimits, timeout_problem
 from mathagent.settings import setting
 
 DEFAULT_CONFIG = paths.CONFIGS_DIR / "train_local.yaml"
@@ -159,8 +159,9 @@ def _validate(cfg: TrainConfig, where: str) -> None:
         (cfg.rollout.temperature > 0, "rollout.temperature must be > 0 for exploration"),
         (cfg.rollout.max_turns >= 1, "rollout.max_turns must be >= 1 (replies per rollout "
                                      "with the Python tool)"),
-        (cfg.rollout.tool_timeout > 0, "rollout.tool_timeout must be > 0 (seconds one run "
-                                       "of the Python tool may take)"),
+        (timeout_problem(cfg.rollout.tool_timeout) is None,
+         f"rollout.tool_timeout (seconds one run of the Python tool may take) "
+         f"{timeout_problem(cfg.rollout.tool_timeout)}"),
         (cfg.algorithm.micro_batch_size >= 1, "algorithm.micro_batch_size must be >= 1"),
         (cfg.algorithm.update_epochs >= 1, "algorithm.update_epochs must be >= 1"),
         (cfg.algorithm.lr > 0, "algorithm.lr must be > 0"),

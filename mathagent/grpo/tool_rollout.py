@@ -39,6 +39,7 @@ from typing import Any
 
 from mathagent.policy import Completion, Policy
 from mathagent.sandbox import ERROR_MARKER, SandboxLimits, run_code
+from mathagent.sandbox_layer import require_isolation
 from mathagent.text_tool_calls import find_tool_calls
 
 TOOL_NAME = "execute_python_code"
@@ -77,6 +78,7 @@ class PythonTool:
                              f"here: {exc}") from None
 
         options = AgentOptions(python_tool=True, tool_timeout=timeout, max_iters=max_turns)
+        require_isolation()  # one line where the sandbox would refuse every call
         self.max_turns = max_turns
         self.limits = options.sandbox_limits
         self.schemas = build_toolkit(options).get_json_schemas()

@@ -45,6 +45,7 @@ from mathagent.results.runs import (
     EVENT_GLOB,
     TIDY_CSV_NAMES,
     TRINITY_DEFAULT_SEED,
+    CutShortWarning,
     RunError,
     etr_sources,
     eval_label,
@@ -60,7 +61,7 @@ from mathagent.results.runs import (
 )
 
 __all__ = ["BEHAVIOUR", "BUFFER_STEPS", "EVENT_GLOB", "SOURCE_STYLES", "TIDY_CSV_NAMES",
-    "TRINITY_DEFAULT_SEED", "RunError", "StartPoint", "draw", "draw_side_by_side",
+    "TRINITY_DEFAULT_SEED", "CutShortWarning", "RunError", "StartPoint", "draw", "draw_side_by_side",
     "etr_sources", "eval_label", "eval_tags", "find_runs", "has_runs", "load_runs",
     "phase_times", "plot_command", "plot_parser", "read_run", "read_scalars",
     "scalars_to_table", "selector_label", "side_by_side", "side_by_side_summary",

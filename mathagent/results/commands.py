@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 from mathagent import paths
 from mathagent.results.figures import draw
-from mathagent.results.runs import RunError, eval_label, load_runs
+from mathagent.results.runs import CutShortWarning, RunError, eval_label, load_runs
 
 
 def plot_parser(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +47,14 @@ def plot_command(args: argparse.Namespace) -> int:
                 raise OutputError(f"{args.out}: holds the input {inputs[0]}; choose an --out "
                                   "outside the run folders")
             check_output(args.out, args.force)  # before reading: fail fast
-        table = load_runs(args.runs, eval_taskset=args.eval_taskset)
+        with warnings.catch_warnings(record=True) as cut:
+            warnings.simplefilter("always", CutShortWarning)
+            table = load_runs(args.runs, eval_taskset=args.eval_taskset)
+        for w in cut:
+            if issubclass(w.category, CutShortWarning):
+                print(f"warning: {w.message}", file=sys.stderr)
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     except (RunError, OutputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -21,6 +22,10 @@ TRINITY_DEFAULT_SEED = 42
 EVENT_GLOB = "events.out.tfevents.*"
 
 
+class CutShortWarning(UserWarning):
+    """An event file that ends in an unfinished record: what it held after the cut is lost."""
+
+
 class RunError(ValueError):
     """A run folder that cannot be read; the message names the path and what is missing."""
 
@@ -34,9 +39,12 @@ def read_scalars(path: str | Path) -> pd.DataFrame:
     """All scalars of one event file, or of every event file under a folder.
 
     Returns columns ``tag, step, value, wall_time, file``; when a (tag, step) was written
-    twice (a resumed run), the later write wins.
+    twice (a resumed run), the later write wins. A file cut short in a record (a killed run)
+    is read up to the cut, with a warning naming the file and the steps it lost.
     """
     from tensorboard.backend.event_processing import event_accumulator
+
+    from mathagent.event_files import lost_steps, unfinished_tail
 
     path = Path(path)
     files = sorted(path.rglob(EVENT_GLOB)) if path.is_dir() else [path]
@@ -57,6 +65,12 @@ def read_scalars(path: str | Path) -> pd.DataFrame:
             frames.append(pd.DataFrame({"tag": tag, "step": [e.step for e in ev],
                                         "value": values,
                                         "wall_time": [e.wall_time for e in ev], "file": str(f)}))
+        cut = unfinished_tail(f)
+        if cut:
+            mine = [fr for fr in frames if (fr["file"] == str(f)).all()]
+            read = pd.concat(mine) if mine else pd.DataFrame(columns=["tag", "step"])
+            warnings.warn(f"{f} is cut short ({cut} bytes of an unfinished record at its "
+                          f"end): {lost_steps(read)}", CutShortWarning, stacklevel=2)
     if not frames:
         return pd.DataFrame(columns=["tag", "step", "value", "wall_time", "file"])
     out = pd.concat(frames, ignore_index=True).sort_values("wall_time", kind="stable")

@@ -50,11 +50,21 @@ def _settings_from_args(opts: Options, base_url: str | None) -> ModelSettings:
 
 
 def _agent_options(opts: Options):
+    """The agent's options; ValueError (one line) for a bad --tool-timeout, or for
+    --python-tool where the sandbox would refuse to run code."""
     from mathagent.agent import AgentOptions
+    from mathagent.sandbox import timeout_problem
+    from mathagent.sandbox_layer import require_isolation
 
-    return AgentOptions(prompt_variant=opts.prompt_variant, python_tool=opts.python_tool,
-                        tool_timeout=opts.tool_timeout, text_tool_calls=opts.text_tool_calls,
-                        meta_tool=opts.meta_tool, console_output=False)
+    problem = timeout_problem(opts.tool_timeout)
+    if problem:
+        raise ValueError(f"--tool-timeout {problem}")
+    options = AgentOptions(prompt_variant=opts.prompt_variant, python_tool=opts.python_tool,
+                           tool_timeout=opts.tool_timeout, text_tool_calls=opts.text_tool_calls,
+                           meta_tool=opts.meta_tool, console_output=False)
+    if options.python_tool:
+        require_isolation()
+    return options
 
 
 def _base_urls(opts: Options) -> list[str]:

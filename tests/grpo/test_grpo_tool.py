@@ -327,8 +327,14 @@ def test_tool_use_reaches_the_metrics_and_samples_and_resumes(tokenizer, tmp_pat
 
 
 def test_bad_tool_settings_are_one_line_naming_the_setting(tmp_path):
+    too_long = r"rollout.tool_timeout \(seconds one run of the Python tool may take\) must be " \
+               r"a number of seconds above 0 and at most 3600, got "
     for key, value, text in (("max_turns", 0, "rollout.max_turns must be >= 1"),
-                             ("tool_timeout", 0, "rollout.tool_timeout must be > 0"),
+                             ("tool_timeout", 0, too_long + "0"),
+                             ("tool_timeout", "1e9", too_long + "1000000000.0"),
+                             ("tool_timeout", "1e20", too_long + "1e"),
+                             ("tool_timeout", ".inf", too_long + "inf"),
+                             ("tool_timeout", ".nan", too_long + "nan"),
                              ("python_tool", "maybe", "rollout.python_tool: Value 'maybe'")):
         bad = tmp_path / "bad.yaml"
         bad.write_text(f"rollout:\n  python_tool: true\n  {key}: {value}\n")

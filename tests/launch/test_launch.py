@@ -220,7 +220,8 @@ def test_relative_paths_resolve_against_the_repo_root(tmp_path, monkeypatch):
     ("tuner.algorithm.group_size=many", "tuner.algorithm.group_size", "valid integer"),
     ("tuner.agent.python_tool=maybe", "tuner.agent.python_tool",
      "expected true or false, got 'maybe'"),
-    ("tuner.agent.tool_timeout=0", "tuner.agent.tool_timeout", "must be positive"),
+    ("tuner.agent.tool_timeout=0", "tuner.agent.tool_timeout", "must be a number of seconds above 0"),
+    ("tuner.agent.tool_timeout=1e20", "tuner.agent.tool_timeout", "at most 3600, got 1e+20"),
     ("tuner.agent.max_iters=2.5", "tuner.agent.max_iters", "expected a whole number"),
     ("tuner.agent.sandbox=off", "tuner.agent.sandbox", "not an agent setting"),
 ])

@@ -380,6 +380,19 @@ def test_negative_limit_is_a_one_line_error(tmp_path, stand_in, capsys):
     assert stand_in.requests == 0 and not out.exists()
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "1e9", "0"])
+def test_an_unbounded_tool_timeout_is_a_one_line_error(tmp_path, stand_in, capsys, value):
+    taskset = make_taskset(tmp_path / "toy")
+    out = tmp_path / "run" / "results.csv"
+    code = cli_main(agent_args(taskset, out, stand_in.base_url, "--python-tool",
+                               "--tool-timeout", value))
+    assert code == 2
+    assert error_lines(capsys.readouterr().err) == [
+        "error: --tool-timeout must be a number of seconds above 0 and at most 3600, got "
+        f"{float(value)!r}"]
+    assert stand_in.requests == 0 and not out.exists()
+
+
 def test_limit_0_runs_every_task(tmp_path, stand_in):
     """(Documents the meaning of 0; this behaviour is unchanged.)"""
     taskset = make_taskset(tmp_path / "toy")
