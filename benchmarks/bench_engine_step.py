@@ -38,6 +38,7 @@ from pathlib import Path
 import pandas as pd
 
 from mathagent import results
+from mathagent.trinity_tags import EVAL_TAG
 
 #: Trinity-RFT's tags of the phases of a step: (row name, tag, which anchor figure it compares to)
 PHASES: tuple[tuple[str, str, str | None], ...] = (
@@ -63,8 +64,8 @@ LEVERS = (
     ("micro-batches of 16 for the log-prob passes (4 before)",
      "trainer.trainer_config.{ref,rollout}.log_prob_micro_batch_size_per_gpu=16",
      "trainer: reference log-probs"),
-    ("weight sync through CUDA IPC handles (mathagent.compat trinity-ipc-sync)",
-     "MATHAGENT_IPC_SYNC=1", "weight sync"),
+    ("weight sync through CUDA IPC handles (mathagent.compat trinity-ipc-sync; now on unless "
+     "MATHAGENT_IPC_SYNC=0)", "MATHAGENT_IPC_SYNC=1", "weight sync"),
 )
 #: The goals of one run alone on one GPU at 16 x 8: (row, most allowed)
 GOALS = (("whole step (log: one explore start to the next)", 10.0),
@@ -163,7 +164,7 @@ def held_out(folder: Path) -> tuple[pd.Series, int]:
         raise results.RunError(f"{folder}: {len(tags)} held-out tasksets; one expected")
     tag = next(iter(tags.values()))
     acc = scalars[scalars["tag"] == tag].set_index("step")["value"]
-    runs = int(results.EVAL_TAG.match(tag).group("k") or 1)
+    runs = int(EVAL_TAG.match(tag).group("k") or 1)
     return acc, runs
 
 

@@ -247,7 +247,8 @@ def test_other_versions_and_missing_packages_are_skipped_untouched():
         assert out[case] == {"trinity-colocate": ["skipped", "trinity-rft is not installed"],
                              "verl-bert-padding": ["skipped", "verl is not installed"],
                              "trinity-early-explorer": ["skipped",
-                                                        "trinity-rft is not installed"]}
+                                                        "trinity-rft is not installed"],
+                             "trinity-ipc-sync": ["skipped", "trinity-rft is not installed"]}
     assert out["untouched"] == [True, True]
     assert out["marked"] == [False, False]
 

@@ -33,8 +33,13 @@ def test_the_committed_spec_is_the_committed_experiment():
     spec = load_spec(SPEC)
     assert spec.out == COMMITTED
     assert list(spec.arms) == ["random", "difficulty", "bots"]
-    assert list(spec.arms.values()) == list(paths.QWEN_EXPERIMENT_CONFIGS.values())
-    assert spec.seeds == paths.QWEN_EXPERIMENT_SEEDS
+    # the same arms (configs) and seeds as the report's own description of the folder
+    import yaml
+
+    report = yaml.safe_load((COMMITTED / "experiment.yaml").read_text())
+    assert [Path(c).name for c in spec.arms.values()] == \
+        [Path(a["config"]).name for a in report["arms"].values()]
+    assert list(spec.seeds) == report["seeds"]
     runs = spec.runs()
     # every run has a folder of that name in the committed experiment, with that seed
     for run in runs:
@@ -54,6 +59,26 @@ def test_overrides_set_the_steps_and_evaluations_of_every_run():
     for run in spec.runs():
         assert "buffer.total_steps=3" in run.overrides
         assert schedule(run).steps == 3 and schedule(run).eval_steps == (3,)
+
+
+def test_the_60_step_spec_plans_the_longer_runs_with_the_fast_settings(tmp_path):
+    spec = load_spec(paths.CONFIGS_DIR / "experiment_qwen_60steps.yaml")
+    assert [r.name for r in spec.runs()] == ["random_seed0", "bots_seed0"]
+    for run in spec.runs():
+        assert schedule(run).steps == 60
+        assert schedule(run).eval_steps == (0, 10, 20, 30, 40, 50, 60)
+    # what verl's engine gets, built by Trinity itself from the config and the overrides
+    from trinity.trainer.verl.config import build_verl_config
+
+    from mathagent import launch
+
+    run = spec.runs()[0]
+    plan = launch.load_plan(run.config, list(run.overrides), work_dir=tmp_path)
+    verl = build_verl_config(plan.config)
+    assert verl.actor.ppo_micro_batch_size_per_gpu == 8
+    assert verl.ref.log_prob_micro_batch_size_per_gpu == 16
+    assert verl.rollout.log_prob_micro_batch_size_per_gpu == 16
+    assert verl.model.enable_gradient_checkpointing is False
 
 
 def write_spec(folder: Path, text: str) -> Path:

@@ -65,12 +65,14 @@ def test_an_upload_casts_copies_and_keeps_them_until_the_next(monkeypatch):
     assert list(ipc_weights._KEPT) == ["w"] and ipc_weights._KEPT["w"].item() == 2.0
 
 
-def test_the_lever_is_off_unless_asked_for(monkeypatch):
+def test_the_lever_is_on_unless_turned_off(monkeypatch):
     lever = next(f for f in compat.FIXES if f.name == "trinity-ipc-sync")
     monkeypatch.delenv(compat.IPC_SYNC_ENV, raising=False)
+    assert compat._gate(lever, {"trinity-rft": "0.6.0"}) is None
+    monkeypatch.setenv(compat.IPC_SYNC_ENV, "0")
     result = compat._gate(lever, {"trinity-rft": "0.6.0"})
     assert result.status == "skipped"
-    assert result.reason == "a speed lever, applied only with MATHAGENT_IPC_SYNC=1"
+    assert result.reason == "a speed lever, turned off with MATHAGENT_IPC_SYNC=0"
     monkeypatch.setenv(compat.IPC_SYNC_ENV, "1")
     assert compat._gate(lever, {"trinity-rft": "0.6.0"}) is None
     assert compat._gate(lever, {"trinity-rft": "0.6.1"}).status == "skipped"
@@ -82,7 +84,7 @@ def test_the_lever_replaces_trinitys_upload_on_one_gpu_only():
     the world size is faked (no GPU here) and the IPC upload recorded instead of run."""
     code = textwrap.dedent("""
         import os, json
-        os.environ["MATHAGENT_IPC_SYNC"] = "1"
+        os.environ.pop("MATHAGENT_IPC_SYNC", None)  # on by default
         from unittest import mock
         from trinity.trainer.verl import fsdp_engine
         from mathagent import ipc_weights
