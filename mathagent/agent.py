@@ -393,7 +393,7 @@ async def run_with_transcript(task: dict, model: Any,
 
 
 def read_transcripts(path: str | Path) -> list[dict]:
-    """Recorded conversations (``scripts/gpu/qwen_transcripts.py``), one dict per run: the task,
+    """Recorded conversations (``results/qwen_features/``, recorded on a GPU), one dict per run: the task,
     the judge's ``reward`` and ``messages`` as AgentScope wrote them (dicts)."""
     return parse_jsonl(Path(path).read_text(encoding="utf-8"), path)
 

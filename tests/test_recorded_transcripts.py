@@ -1,4 +1,4 @@
-"""Recorded agent conversations (``scripts/gpu/qwen_transcripts.py``) read back for notebook 02:
+"""Recorded agent conversations (``results/qwen_features/``, recorded on a GPU) read back for notebook 02:
 a summary per run and one run's turns, tool calls and tool results included."""
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from pathlib import Path
 from mathagent.serving.errors import ServerStartError
 from mathagent.serving.server import LocalServer
 
-#: vLLM's OpenAI-compatible server module (what scripts/gpu/qwen_features.sh ran on the H200).
+#: vLLM's OpenAI-compatible server module (what the Qwen feature measurements ran on the H200).
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 
 
