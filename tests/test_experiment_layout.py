@@ -1,6 +1,6 @@
 """Laying out a finished run (:mod:`mathagent.experiment.layout`) from real committed runs'
 files: the event files and records of ``results/trinity_qwen/bots_seed1`` (the experiment's
-third arm) and ``results/trinity_h200_22steps/difficulty_seed42``, with their log excerpt or a
+third arm) and ``results/trinity_h200/difficulty_seed0``, with their log excerpt or a
 log written for the test (so its timings are known), a GPU monitor's table and, where a test
 needs one, an experience buffer written by Trinity's own code.
 """
@@ -27,7 +27,7 @@ from mathagent.experiment.layout import (
 )
 
 QWEN_RUN = paths.RESULTS_DIR / "trinity_qwen" / "bots_seed1"
-RUN_22 = paths.RESULTS_DIR / "trinity_h200_22steps" / "difficulty_seed42"
+RUN_40 = paths.RESULTS_DIR / "trinity_h200" / "difficulty_seed0"
 NO_APPS = read_apps(Path("/nonexistent"))
 
 
@@ -108,7 +108,7 @@ def test_timings_memory_and_buffer_of_a_run_from_its_log_monitor_and_buffer(tmp_
         _log_line(at(300), "> Trainer finished.", "(Trainer pid=2)"),
         "\x1b[36m(WorkerDict pid=10)\x1b[0m INFO:2026 Saved", "(Worker pid=11) loading",
     ]) + "\n"
-    run = job_from(RUN_22, tmp_path, log)
+    run = job_from(RUN_40, tmp_path, log)
     start = t0.timestamp()
     run = Finished("difficulty_seed42", run.job, run.launched_config, run.log, start,
                    start + 310)
@@ -151,10 +151,10 @@ def test_timings_memory_and_buffer_of_a_run_from_its_log_monitor_and_buffer(tmp_
         "1,0,6,3,5,0.5,")
     assert (dest / "buffer_tasks.csv").is_file()
     assert not list(dest.rglob("*.db")) and not (dest / "buffer").exists()
-    # its effective task ratio is Trinity's (pass_rate_calculator ran on its 22 steps)
+    # its effective task ratio is Trinity's (pass_rate_calculator ran on its 40 steps)
     etr = pd.read_csv(out / "etr_sources.csv").iloc[0]
     assert (etr["run"], etr["source"], etr["steps_pass_rate_calculator"]) == \
-        ("difficulty_seed42", "pass_rate_calculator", 22)
+        ("difficulty_seed42", "pass_rate_calculator", 40)
 
 
 def _train_marks(t0: datetime, seconds: dict[str, float], monkeypatch, capsys) -> list[str]:
@@ -218,9 +218,9 @@ def test_a_run_stopped_before_its_first_step_keeps_its_start_up_split(tmp_path, 
     ]) + "\n"
     job = tmp_path / "job"
     (job / "monitor" / "tensorboard" / "explorer").mkdir(parents=True)
-    shutil.copyfile(RUN_22.parent / "random_seed42" / "params.json", job / "params.json")
+    shutil.copyfile(RUN_40.parent / "random_seed0" / "params.json", job / "params.json")
     launched = tmp_path / "trinity_config.yaml"
-    shutil.copyfile(RUN_22.parent / "random_seed42" / "launched_config.yaml", launched)
+    shutil.copyfile(RUN_40.parent / "random_seed0" / "launched_config.yaml", launched)
     (tmp_path / "train.log").write_text(log)
     stamp = t0.timestamp()
     run = Finished("random_seed0", job, launched, tmp_path / "train.log", stamp, stamp + 400)

@@ -110,5 +110,5 @@ def test_install_bundle_refuses_missing_or_corrupt_parts_in_one_line(tmp_path):
 def test_the_gpu_folder_holds_the_offline_install_and_a_short_recipe():
     assert sorted(p.name for p in GPU.iterdir()) == [
         "README.md", "build_bundle.sh", "bundle-drop.txt", "bundle_list.py",
-        "h200-image-packages.txt", "install_bundle.sh", "lock.sh"]
+        "h200-image-packages.txt", "install_bundle.sh", "lock.sh", "test_sandbox.sh"]
     assert len((GPU / "README.md").read_text().split()) <= 800
