@@ -19,9 +19,9 @@ the reference log-prob pass to half its two passes, the weight sync to its devic
 copy of every weight. Start-up in minutes from ``train``; peak GPU memory per role in GiB.
 
 ``--same-learning FAST_RUN REFERENCE_RUN`` adds whether the fast settings change what is
-learned: the held-out accuracy of both runs at every step both evaluated, their difference and
-the bound on a difference of two evaluations (two standard errors of the difference of two
-means over n = tasks x runs 0/1 outcomes), and a figure overlaying their policy loss, KL,
+learned: the held-out accuracy of both runs at every step both evaluated, their difference
+against the replies' noise and the fast run against the range of the reference arm's
+committed seeds (:func:`same_learning`), and a figure overlaying their policy loss, KL,
 entropy and rollout reward, step by step (``--figure``, default ``same_learning.png`` beside
 ``--out``).
 """
@@ -169,17 +169,29 @@ def held_out(folder: Path) -> tuple[pd.Series, int]:
 
 
 def same_learning(fast: Path, reference: Path, tasks: int, figure: Path | None) -> str:
-    """The held-out comparison (markdown) and, with ``figure``, the curves overlaid."""
+    """The held-out comparison (markdown) and, with ``figure``, the curves overlaid.
+
+    Two yardsticks: the replies' noise (two standard errors of the difference of two
+    evaluations of the same tasks, each over n = tasks x runs 0/1 outcomes), and the spread
+    of the reference arm's seeds (every ``<arm>_seed*`` folder beside the reference run):
+    runs of one arm with other seeds are what a changed engine must not be told apart from.
+    """
     a, runs = held_out(fast)
     b, _ = held_out(reference)
+    arm = reference.name.rsplit("_seed", 1)[0]
+    seeds = [held_out(f)[0] for f in sorted(reference.parent.glob(f"{arm}_seed*"))]
     n = tasks * runs
-    rows = ["| step | fast | reference | difference | bound (2 SE of the difference) | inside |",
-            "| --- | --- | --- | --- | --- | --- |"]
+    rows = ["| step | fast | reference | difference | replies' noise (2 SE) | inside | "
+            f"the {len(seeds)} committed `{arm}` seeds | inside |",
+            "| --- " * 8 + "|"]
     for step in sorted(set(a.index) & set(b.index)):
         pa, pb = float(a[step]), float(b[step])
         bound = 2 * math.sqrt(pa * (1 - pa) / n + pb * (1 - pb) / n)
+        others = [float(x[step]) for x in seeds if step in x.index]
+        lo, hi = min(others), max(others)
         rows.append(f"| {step} | {pa:.3f} | {pb:.3f} | {pa - pb:+.3f} | {bound:.3f} | "
-                    f"{'yes' if abs(pa - pb) <= bound else 'no'} |")
+                    f"{'yes' if abs(pa - pb) <= bound else 'no'} | {lo:.3f}-{hi:.3f} | "
+                    f"{'yes' if lo <= pa <= hi else 'no'} |")
     if figure is not None:
         import matplotlib
 

@@ -230,6 +230,8 @@ def run_code(code: str, limits: SandboxLimits = SandboxLimits(), *,
     them. ``layer`` (default: :func:`~mathagent.sandbox_layer.isolation`) is what runs it;
     ``Isolation(None)`` asks for the weaker layers only (the benchmark compares them)."""
     start = time.monotonic()
+    if not isinstance(code, str):  # a model's tool call may carry anything
+        return _refused(f"the code must be text, not {type(code).__name__}.", start)
     layer = isolation() if layer is None else layer
     if layer.refusal:
         return _refused(layer.refusal, start)

@@ -353,3 +353,10 @@ def test_the_tool_takes_code_only_and_keeps_its_limits():
     assert text.startswith(ERROR_MARKER) and time.monotonic() - start < QUICK.timeout + MARGIN
     text = asyncio.run(call({"code": "while True:\n    pass"}))
     assert text.startswith(f"{ERROR_MARKER} TimeoutError")
+
+
+@pytest.mark.parametrize("code", [None, 42, b"print(1)", ["print(1)"]])
+def test_code_that_is_not_text_is_refused_not_raised(code):
+    result = run_code(code)
+    assert result.returncode is None and result.stdout == ""
+    assert result.error == f"the code must be text, not {type(code).__name__}."
