@@ -284,6 +284,27 @@ def _ipc_sync_unwanted() -> str | None:
     return None
 
 
+def ipc_sync_misfit(config) -> str | None:
+    """Why a checked Trinity config is not one the IPC weight sync is safe for, or None.
+
+    The handles serve one GPU that the trainer and vLLM share (``colocate``, which Trinity
+    syncs by memory); the trainer keeps an upload only until its next one, which the explorer
+    has loaded by then when every step is synced before the next (``fixed``, interval 1); the
+    copies are bfloat16, so vLLM must serve that dtype.
+    """
+    sync = config.synchronizer
+    checks = ((config.mode == "colocate", f"mode {config.mode!r}, not 'colocate'"),
+              (str(getattr(sync.sync_method, "value", sync.sync_method)) == "memory",
+               f"synchronizer.sync_method {sync.sync_method!s}, not memory"),
+              (str(getattr(sync.sync_style, "value", sync.sync_style)) == "fixed",
+               f"synchronizer.sync_style {sync.sync_style!s}, not fixed"),
+              (sync.sync_interval == 1, f"synchronizer.sync_interval {sync.sync_interval}, not 1"),
+              (config.explorer.rollout_model.dtype == "bfloat16",
+               f"explorer.rollout_model.dtype {config.explorer.rollout_model.dtype!r}, "
+               "not bfloat16"))
+    return next((why for ok, why in checks if not ok), None)
+
+
 def _apply_trinity_ipc_sync() -> bool:
     from trinity.trainer.verl import fsdp_engine
 

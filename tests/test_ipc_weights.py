@@ -108,3 +108,38 @@ def test_the_lever_replaces_trinitys_upload_on_one_gpu_only():
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result == {"status": "applied", "replaced": True, "wraps": True,
                       "calls": [["ipc", 0]]}  # world size 1 only
+
+
+def _checked(**change):
+    """A checked Trinity config's fields that the IPC sync depends on (the Qwen configs')."""
+    from types import SimpleNamespace
+
+    values = {"mode": "colocate", "sync_method": "memory", "sync_style": "fixed",
+              "sync_interval": 1, "dtype": "bfloat16", **change}
+    return SimpleNamespace(
+        mode=values["mode"],
+        synchronizer=SimpleNamespace(sync_method=values["sync_method"],
+                                     sync_style=values["sync_style"],
+                                     sync_interval=values["sync_interval"]),
+        explorer=SimpleNamespace(rollout_model=SimpleNamespace(dtype=values["dtype"])))
+
+
+@pytest.mark.parametrize("change, says", [
+    ({}, None),
+    ({"mode": "both"}, "mode 'both', not 'colocate'"),
+    ({"sync_method": "nccl"}, "synchronizer.sync_method nccl, not memory"),
+    ({"sync_style": "dynamic_by_explorer"}, "synchronizer.sync_style dynamic_by_explorer, not fixed"),
+    ({"sync_interval": 2}, "synchronizer.sync_interval 2, not 1"),
+    ({"dtype": "float16"}, "explorer.rollout_model.dtype 'float16', not bfloat16"),
+])
+def test_the_sync_is_left_out_where_its_safety_argument_does_not_hold(change, says):
+    assert compat.ipc_sync_misfit(_checked(**change)) == says
+
+
+@pytest.mark.slow
+def test_the_qwen_configs_as_trinity_checks_them_fit_the_ipc_sync(tmp_path):
+    from mathagent import launch, paths
+
+    plan = launch.load_plan(paths.CONFIGS_DIR / "config_bots_qwen.yaml", work_dir=tmp_path)
+    checked = launch.check_and_update(plan, "127.0.0.1:1", dry_run=True)
+    assert compat.ipc_sync_misfit(checked) is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -286,8 +287,13 @@ def launch(plan: LaunchPlan, checked: Preflight, started: float) -> int:
     import yaml
     from agentscope.tuner import tune
 
-    from mathagent.compat import apply_all
+    from mathagent.compat import IPC_SYNC_ENV, apply_all, ipc_sync_misfit
 
+    misfit = ipc_sync_misfit(checked.checked_config)
+    if misfit and os.environ.get(IPC_SYNC_ENV) != "0":
+        # the driver decides for every worker: the variable travels in the runtime_env
+        os.environ[IPC_SYNC_ENV] = "0"
+        print(f"\ntrinity-ipc-sync left out for this run: {misfit}")
     fixes = apply_all()
     print("\nCompatibility fixes:")
     for fix in fixes:
