@@ -119,6 +119,18 @@ def test_one_seed_has_no_standard_error_and_one_arm_no_differences(tmp_path):
     assert (values["diff_bots_vs_random"], values["z_bots_vs_random"]) == ("+0.100", "n/a")
 
 
+def test_a_run_still_being_laid_out_under_a_hidden_name_is_not_read(tmp_path):
+    """The experiment command writes a run as ``.<run>.tmp`` and renames it once whole; a try
+    that failed midway leaves that folder behind."""
+    make_run(tmp_path / "random_seed0", "random", 0, {0: 0.2, 60: 0.3})
+    make_run(tmp_path / ".random_seed1.tmp", "random", 1, {0: 0.2, 60: 0.9})
+    spec(tmp_path, arms=("random",), seeds=[0, 1])
+    exp = report.read_spec(tmp_path)
+    assert sorted(stats.read_runs(exp)["run"].unique()) == ["random_seed0"]
+    page, _, _ = report.build(exp, "r")
+    assert "| `random` | 1 | not run | not run |" in page
+
+
 def test_runs_kept_as_one_table_and_numbers_of_files(tmp_path):
     make_run(tmp_path / "tidy", "random", 0, {0: 0.1, 60: 0.2})
     pd.read_csv(tmp_path / "tidy" / "metrics.csv").to_csv(tmp_path / "runs.csv", index=False)

@@ -51,7 +51,10 @@ def signed(value: float, decimals: int = 3) -> str:
 
 
 def _run_folders(folder: Path) -> list[Path]:
-    return sorted(p.parent for p in folder.glob("*/params.json"))
+    """The run folders (with a ``params.json``), by name; not a hidden one: the experiment
+    command lays a run out under a hidden name and renames it once whole."""
+    return sorted(p.parent for p in folder.glob("*/params.json")
+                  if not p.parent.name.startswith("."))
 
 
 def read_runs(exp: Experiment) -> pd.DataFrame:
