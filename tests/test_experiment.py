@@ -8,6 +8,7 @@ policy); its ``phase_times.csv`` and ``startup.csv`` hold the phase times the es
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -297,3 +298,22 @@ def test_a_new_output_folder_is_timed_by_the_specs_own_runs(tmp_path, capsys):
     (tmp_path / "two").mkdir()
     copy = copy_experiment(tmp_path / "two", ["bots_seed1"])
     assert timed_by(copy, spec.out) == copy
+
+
+def test_a_new_folders_report_starts_from_the_spec(tmp_path):
+    """The 60-step spec's folder has no experiment.yaml: the one started from the spec is
+    one the report reads (arms named as the runs report them), and an existing one is kept."""
+    from mathagent.experiment.describe import write_starting_spec
+    from mathagent.report import read_spec
+
+    spec = dataclasses.replace(load_spec(paths.CONFIGS_DIR / "experiment_qwen_60steps.yaml"),
+                               out=tmp_path / "out")
+    from mathagent.experiment.spec import schedules as spec_schedules
+
+    written = write_starting_spec(spec, spec_schedules(spec))
+    exp = read_spec(written.parent)
+    assert [a.name for a in exp.arms] == ["random", "bots"]
+    assert exp.seeds == (0,)
+    assert exp.settings["steps"] == "60" and exp.settings["batch"] == "16 tasks x 8 replies"
+    assert exp.settings["evaluation"] == "held-out at steps 0, 10, 20, 30, 40, 50, 60"
+    assert write_starting_spec(spec, spec_schedules(spec)) is None  # kept as it is

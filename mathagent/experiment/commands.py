@@ -87,6 +87,9 @@ def experiment_command(args: argparse.Namespace) -> int:
     work = args.work or work_dir(spec)
     planned = plan(spec, work)
     print_plan(spec, planned, schedules, timed_by(spec.out, measured))
+    if not (spec.out / "experiment.yaml").exists():
+        print(f"Report: {_rel(spec.out)} has no experiment.yaml; one is started from the spec "
+              "when the runs end")
     if args.dry_run:
         return preflight_arms(spec, args.model)
     todo = [p for p in planned if p.state != DONE]
@@ -113,9 +116,13 @@ def experiment_command(args: argparse.Namespace) -> int:
     if not run_folders(spec.out):
         print("no finished run in the folder: no report")
         return 1 if failed else 0
+    from mathagent.experiment.describe import write_starting_spec
     from mathagent.report import write_report
 
     try:
+        if (started := write_starting_spec(spec, schedules)) is not None:
+            print(f"wrote {started} from the spec: add the question, the answer and the "
+                  f"limitations, then `python -m mathagent report {spec.out}`")
         report = write_report(spec.out)
     except Exception as exc:  # the runs are laid out; the report can be written again
         print(f"error: the report of {spec.out}: {type(exc).__name__}: {exc} (write it again "
