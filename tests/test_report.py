@@ -208,6 +208,11 @@ def test_missing_results_figures_are_drawn_and_a_check_names_them(three_seeds, c
     assert (three_seeds / "training_curves.png").stat().st_size > 10_000
     page = (three_seeds / "README.md").read_text()
     assert "![training_curves](training_curves.png)" in page and "*Held-out accuracy by step*" in page
+    # a run added since: the figure is drawn again with it (not kept as first drawn)
+    before = (three_seeds / "training_curves.png").read_bytes()
+    make_run(three_seeds / "bots_seed3", "bots", 3, {s: 0.9 for s in EVERY_10})
+    assert cli.main(["report", str(three_seeds)]) == 0
+    assert (three_seeds / "training_curves.png").read_bytes() != before
     spec(three_seeds, figures={"other.png": "x"})
     assert cli.main(["report", str(three_seeds)]) == 2
     assert "other.png: no such figure" in capsys.readouterr().err

@@ -256,17 +256,22 @@ def _block(exp: Experiment, table: pd.DataFrame | None, values: dict[str, str],
     return "\n".join(lines)
 
 
-def _draw_missing(exp: Experiment, table: pd.DataFrame | None, check: bool) -> None:
+def _draw_figures(exp: Experiment, table: pd.DataFrame | None, check: bool) -> None:
     missing = [f for f in exp.figures if not (exp.folder / f).is_file()]
     undrawable = [f for f in missing if f not in DRAWN or table is None]
     if undrawable:
         raise ReportError(f"{exp.folder / undrawable[0]}: no such figure (experiment.yaml "
                           "figures)")
+    if check:
+        if missing:
+            raise StaleReport(f"{exp.folder / missing[0]}: not drawn yet; run `python -m "
+                              f"mathagent report {exp.folder}`")
+        return
+    # written: every figure drawn from the runs is drawn again, so that runs added since
+    # are in it (a figure given as a file is kept)
+    missing = [f for f in exp.figures if f in DRAWN and table is not None]
     if not missing:
         return
-    if check:
-        raise StaleReport(f"{exp.folder / missing[0]}: not drawn yet; run `python -m mathagent "
-                          f"report {exp.folder}`")
     from mathagent import plots, results
 
     start = results.StartPoint.read(exp.folder / exp.start_point) if exp.start_point else None
@@ -298,7 +303,7 @@ def write_report(results_dir: Path, check: bool = False, force: bool = False) ->
     inside = results_dir.resolve().is_relative_to(root)
     name = str(results_dir.resolve().relative_to(root)) if inside else str(results_dir)
     page, block, table = build(exp, name)
-    _draw_missing(exp, table, check)
+    _draw_figures(exp, table, check)
     target = results_dir / "README.md"
     readme = root / "README.md"
     old_readme = readme.read_text() if inside and readme.is_file() else ""
