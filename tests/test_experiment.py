@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from bounds import hang_bound
 
-from mathagent import paths
+from mathagent import cli, paths
 from mathagent.cli import main
 from mathagent.experiment import plan as plans
 from mathagent.experiment.estimate import estimate
@@ -99,6 +99,15 @@ overrides: {{explorer.eval_interval: 2, buffer.total_steps: 8, explorer.eval_on_
     assert schedule(spec.runs()[0]).eval_steps == (0, 8)   # the config's tuner block: 8
     assert spec.runs()[0].overrides[-1] == "explorer.rollout_model.seed=4"
     assert "explorer.eval_on_startup=true" in spec.runs()[0].overrides
+
+
+def test_an_arm_config_that_is_not_yaml_is_one_line(tmp_path, capsys):
+    (tmp_path / "broken.yaml").write_text("mode: [colocate\n")
+    spec = write_spec(tmp_path, f"out: {tmp_path / 'out'}\narms: {{random: "
+                                f"{tmp_path / 'broken.yaml'}}}\nseeds: [0]\n")
+    assert cli.main(["experiment", str(spec), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "broken.yaml: not a readable YAML config" in err
 
 
 GOOD = """out: {out}

@@ -156,6 +156,10 @@ def test_runs_kept_as_one_table_and_numbers_of_files(tmp_path):
     ({"answer": "{mean_greedy}"}, "answer cites {mean_greedy}, which nothing computes"),
     ({"values": {"x": {"file": "nope.csv", "column": "c"}}}, "values.x.file"),
     ({"arms": {"bots": {"config": CONFIG}}}, "selector 'random' is not an arm"),
+    ({"values": {"x": {"file": "experiment.yaml", "column": "c", "decimals": "abc"}}},
+     "values.x.decimals: 'abc' is not a whole number of decimals"),
+    ({"values": {"x": {"file": "random_seed0/metrics.csv", "column": "selector"}}},
+     "column 'selector' is not numbers"),
 ])
 def test_bad_input_is_one_line_naming_the_file_and_key(tmp_path, capsys, change, message):
     make_run(tmp_path / "random_seed0", "random", 0, {0: 0.2, 60: 0.3})

@@ -250,6 +250,10 @@ def finish(active: Active, out: Path, work: Path, model: Path,
               f"{active.folder / 'runs'}; not laid out", flush=True)
         return False
     params = json.loads(records[-1].read_text())
+    if "checkpoint_job_dir" not in params:
+        print(f"[{now()}] {run.name}: {records[-1]} names no checkpoint_job_dir; not laid out",
+              flush=True)
+        return False
     finished = Finished(run.name, Path(params["checkpoint_job_dir"]),
                         records[-1].with_name("trinity_config.yaml"),
                         active.folder / "train.log", active.started, ended)

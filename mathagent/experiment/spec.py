@@ -189,7 +189,13 @@ def schedule(run: Run) -> Schedule:
 
     from mathagent.launch.config import ConfigError, parse_override
 
-    raw = yaml.safe_load(run.config.read_text()) or {}
+    try:
+        raw = yaml.safe_load(run.config.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise SpecError(f"{run.config}: not a readable YAML config "
+                        f"({type(exc).__name__})") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{run.config}: not a mapping of Trinity keys")
     given = {}
     for text in run.overrides:
         try:

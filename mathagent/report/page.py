@@ -148,8 +148,12 @@ def _tables(exp: Experiment) -> list[str]:
     for t in exp.tables:
         source = exp.folder / t["source"]
         if t["kind"] == "file":
-            frame = (pd.read_parquet(source) if source.suffix == ".parquet"
-                     else pd.read_csv(source))
+            try:
+                frame = (pd.read_parquet(source) if source.suffix == ".parquet"
+                         else pd.read_csv(source))
+            except (OSError, ValueError) as exc:
+                raise ReportError(f"{source}: not a readable table ({type(exc).__name__})") \
+                    from None
             columns = t["columns"] or {c: c for c in frame.columns}
             missing = [c for c in columns if c not in frame]
             if missing:

@@ -154,8 +154,15 @@ def _tables(data: dict, where: str, folder: Path) -> tuple[dict, ...]:
         _file(folder, table[kinds[0]], f"{at}.{kinds[0]}")
         out.append({"kind": kinds[0], "source": table[kinds[0]],
                     "caption": _text(table, "caption", at, required=True),
-                    "columns": table.get("columns"), "decimals": int(table.get("decimals", 3))})
+                    "columns": table.get("columns"),
+                    "decimals": _whole(table.get("decimals", 3), f"{at}.decimals")})
     return tuple(out)
+
+
+def _whole(value: Any, at: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 12:
+        raise ReportError(f"{at}: {value!r} is not a whole number of decimals (0-12)")
+    return value
 
 
 def _values(data: dict, where: str, folder: Path) -> dict[str, dict]:
@@ -172,7 +179,7 @@ def _values(data: dict, where: str, folder: Path) -> dict[str, dict]:
             raise ReportError(f"{at}.stat: {stat!r} is not one of {', '.join(STATS)}")
         _file(folder, value["file"], f"{at}.file")
         out[str(name)] = {"file": value["file"], "column": str(value["column"]), "stat": stat,
-                          "decimals": int(value.get("decimals", 3))}
+                          "decimals": _whole(value.get("decimals", 3), f"{at}.decimals")}
     return out
 
 

@@ -240,7 +240,10 @@ def file_value(folder: Path, spec: dict) -> float:
         raise ReportError(f"{file}: not a readable table ({exc})") from None
     if spec["column"] not in frame:
         raise ReportError(f"{file}: no column {spec['column']!r}")
-    return float(getattr(frame[spec["column"]], spec["stat"])())
+    column = frame[spec["column"]]
+    if spec["stat"] != "count" and not pd.api.types.is_numeric_dtype(column):
+        raise ReportError(f"{file}: column {spec['column']!r} is not numbers")
+    return float(getattr(column, spec["stat"])())
 
 
 def named_values(exp: Experiment, table: pd.DataFrame | None) -> dict[str, str]:
