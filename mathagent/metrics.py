@@ -34,6 +34,7 @@ The BOTS paper reports TTB(100%) and BSF against random in the same way.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -281,10 +282,51 @@ def difference(per_seed_table: pd.DataFrame, selector: str, other: str,
     b = per_seed_table.loc[per_seed_table["selector"] == other, column].dropna()
     diff = float(a.mean() - b.mean())
     if len(a) < 2 or len(b) < 2:
-        return {"diff": diff, "se": np.nan, "z": np.nan}
-    se = float(np.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b)))
+        return {"diff": diff, "se": np.nan, "z": np.nan, "df": np.nan, "p": np.nan}
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = float(np.sqrt(va + vb))
     z = diff / se if se > 0 else (np.inf * np.sign(diff) if diff else 0.0)
-    return {"diff": diff, "se": se, "z": float(z)}
+    # Welch-Satterthwaite degrees of freedom: with 2-3 seeds an arm they are few, and the
+    # t distribution's tails are far heavier than the normal's
+    df = float((va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))) \
+        if se > 0 else np.nan
+    return {"diff": diff, "se": se, "z": float(z), "df": df,
+            "p": two_sided_t(float(z), df) if np.isfinite(df) else np.nan}
+
+
+def two_sided_t(t: float, df: float) -> float:
+    """P(|T| >= |t|) for Student's t with ``df`` degrees of freedom (real ``df`` > 0):
+    ``I_x(df/2, 1/2)`` at ``x = df / (df + t^2)``, the regularised incomplete beta function."""
+    if not np.isfinite(t):
+        return 0.0
+    return _incomplete_beta(df / 2, 0.5, df / (df + t * t))
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b), by its continued fraction
+    (Lentz's method, the symmetry I_x(a, b) = 1 - I_{1-x}(b, a) where it converges faster)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    out = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            out *= c * d
+        if abs(c * d - 1.0) < 1e-12:
+            break
+    return front * out
 
 
 def eval_se(accuracy: Any, tasks: Any) -> np.ndarray | float:

@@ -167,3 +167,24 @@ def test_eval_se_is_tight_where_tasks_are_all_or_nothing_and_an_upper_bound_else
     coin = np.full(100, 0.35)
     assert _spread_of_evaluations(coin) == pytest.approx(bound / 2, rel=0.05)
     assert _spread_of_evaluations(all_or_nothing, redraw_tasks=False) < 0.01 * bound
+
+
+def test_welchs_t_test_of_a_difference_over_few_seeds():
+    """Student's t tails against printed tables: two-sided 5 % at 12.706 (df 1) and 2.776
+    (df 4), 0.116 at t = 2 with df 4; a normal's 1.96 with df large."""
+    from mathagent.metrics import two_sided_t
+
+    assert two_sided_t(12.706, 1) == pytest.approx(0.05, abs=1e-4)
+    assert two_sided_t(2.776, 4) == pytest.approx(0.05, abs=1e-4)
+    assert two_sided_t(-2.0, 4) == pytest.approx(0.1161, abs=1e-4)
+    assert two_sided_t(1.96, 1e6) == pytest.approx(0.05, abs=1e-3)
+    assert two_sided_t(0.0, 3) == 1.0
+    # two seeds against three, worked by hand: var 0.0002 / 2 and 0.0001 / 3
+    table = pd.DataFrame({"selector": ["a", "a", "b", "b", "b"],
+                          "eval_final": [0.40, 0.42, 0.30, 0.31, 0.32]})
+    d = M.difference(table, "a", "b")
+    va, vb = 0.0002 / 2, 0.0001 / 3
+    assert d["se"] == pytest.approx((va + vb) ** 0.5)
+    assert d["df"] == pytest.approx((va + vb) ** 2 / (va ** 2 / 1 + vb ** 2 / 2))
+    assert d["p"] == pytest.approx(two_sided_t(d["z"], d["df"]))
+    assert d["p"] < 0.05 < two_sided_t(d["z"] / 4, d["df"])

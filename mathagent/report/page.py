@@ -114,12 +114,15 @@ def _run_sections(exp: Experiment, table: pd.DataFrame, values: dict[str, str]) 
     if not diffs.empty:
         out += ["", f"## Differences at step {step}", "", md_table(
             ["difference", "held-out accuracy", "standard error", "in standard errors",
-             f"smallest difference the seeds can show ({stats.SHOWN:g} SE)"],
+             f"smallest difference the seeds can show ({stats.SHOWN:g} SE)", "Welch df",
+             "p (two-sided)"],
             [[f"{_code(d.a)} − {_code(d.b)}", stats.signed(d.diff), stats.se_text(d.se),
-              stats.signed(d.z, 1), stats.se_text(d.power)] for d in diffs.itertuples()]),
+              stats.signed(d.z, 1), stats.se_text(d.power), stats.one_decimal(d.df),
+              stats.p_text(d.p)] for d in diffs.itertuples()]),
             "", f"Step {step} is the last evaluation every run reached; the standard error of a "
             f"difference adds both arms' (Welch). Under {stats.SHOWN:g} standard errors, the "
-            "seeds cannot tell a difference from chance."]
+            "seeds cannot tell a difference from chance; with so few seeds, even above it "
+            "(p: Welch's t test)."]
     return out
 
 

@@ -46,6 +46,17 @@ def se_text(value: float) -> str:
     return NA if value is None or not np.isfinite(value) else f"{value:.3f}"
 
 
+def one_decimal(value: float) -> str:
+    return NA if value is None or not np.isfinite(value) else f"{value:.1f}"
+
+
+def p_text(value: float) -> str:
+    """A p-value as the report writes it: two decimals, ``< 0.01`` below that."""
+    if value is None or not np.isfinite(value):
+        return NA
+    return "< 0.01" if value < 0.01 else f"{value:.2f}"
+
+
 def signed(value: float, decimals: int = 3) -> str:
     return NA if value is None or not np.isfinite(value) else f"{value:+.{decimals}f}"
 
@@ -193,9 +204,10 @@ def arm_means(seeds: pd.DataFrame) -> pd.DataFrame:
 
 def differences(seeds: pd.DataFrame, step: int) -> pd.DataFrame:
     """Every pair of arms at evaluation ``step``, the later arm minus the earlier:
-    ``diff``, ``se`` (Welch), ``z`` (the difference in standard errors) and ``power``
-    (:data:`SHOWN` standard errors: the smallest difference these seeds can show); the last
-    three NaN where either arm has one seed there."""
+    ``diff``, ``se`` (Welch), ``z`` (the difference in standard errors), ``power``
+    (:data:`SHOWN` standard errors: the smallest difference these seeds can show), ``df``
+    (Welch's degrees of freedom) and ``p`` (Welch's two-sided t test); all but ``diff`` NaN
+    where either arm has one seed there."""
     at = seeds[step].dropna().rename("eval_final").reset_index().rename(columns={"arm": "selector"})
     arms = list(dict.fromkeys(at["selector"]))
     rows = []
@@ -203,8 +215,8 @@ def differences(seeds: pd.DataFrame, step: int) -> pd.DataFrame:
         for later in arms[i + 1:]:
             d = metrics.difference(at, later, earlier)
             rows.append({"a": later, "b": earlier, "diff": d["diff"], "se": d["se"],
-                         "z": d["z"], "power": SHOWN * d["se"]})
-    return pd.DataFrame(rows, columns=["a", "b", "diff", "se", "z", "power"])
+                         "z": d["z"], "power": SHOWN * d["se"], "df": d["df"], "p": d["p"]})
+    return pd.DataFrame(rows, columns=["a", "b", "diff", "se", "z", "power", "df", "p"])
 
 
 def behaviour(table: pd.DataFrame, arms: list[str]) -> pd.DataFrame:
@@ -283,7 +295,8 @@ def named_values(exp: Experiment, table: pd.DataFrame | None) -> dict[str, str]:
         for row in differences(seeds, step).itertuples():
             pair = f"{row.a}_vs_{row.b}"
             out.update({f"diff_{pair}": signed(row.diff), f"se_{pair}": se_text(row.se),
-                        f"z_{pair}": signed(row.z, 1), f"power_{pair}": se_text(row.power)})
+                        f"z_{pair}": signed(row.z, 1), f"power_{pair}": se_text(row.power),
+                        f"p_{pair}": p_text(row.p)})
     for row in behaviour(table, exp.arm_names).itertuples():
         out.update({f"rollout_{row.arm}": acc(row.rollout), f"etr_{row.arm}": acc(row.etr)})
     if "response_length" in table:
