@@ -326,3 +326,20 @@ def test_a_new_folders_report_starts_from_the_spec(tmp_path):
     assert exp.settings["steps"] == "60" and exp.settings["batch"] == "16 tasks x 8 replies"
     assert exp.settings["evaluation"] == "held-out at steps 0, 10, 20, 30, 40, 50, 60"
     assert write_starting_spec(spec, spec_schedules(spec)) is None  # kept as it is
+
+
+def test_a_done_run_made_with_other_settings_is_refused_not_mixed_in(tmp_path, capsys):
+    """The committed random seed 0 ran 16 steps: a spec asking for 32 must not count it done."""
+    out = tmp_path / "out"
+    shutil.copytree(COMMITTED / "random_seed0", out / "random_seed0")
+    text = (f"out: {out}\narms: {{random: configs/config_random_qwen.yaml}}\nseeds: [0]\n")
+    same = write_spec(tmp_path / "same", text)
+    assert [p.mismatch for p in plans.plan(load_spec(same), tmp_path / "w")] == [None]
+    longer = write_spec(tmp_path / "longer", text + "overrides: {buffer.total_steps: 32}\n")
+    assert cli.main(["experiment", str(longer), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "random_seed0 was made with buffer.total_steps=16, the spec asks for 32" in err
+    other = write_spec(tmp_path / "other", text.replace("config_random_qwen", "config_bots_qwen"))
+    assert "was made from config_random_qwen.yaml, the spec's arm asks for config_bots_qwen.yaml" \
+        in plans.plan(load_spec(other), tmp_path / "w")[0].mismatch

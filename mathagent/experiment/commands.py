@@ -86,6 +86,12 @@ def experiment_command(args: argparse.Namespace) -> int:
         return 2
     work = args.work or work_dir(spec)
     planned = plan(spec, work)
+    differ = [p for p in planned if p.mismatch]
+    if differ:
+        more = f" (and {len(differ) - 1} more run(s))" if len(differ) > 1 else ""
+        print(f"error: {differ[0].mismatch}{more}; its results would be mixed with the "
+              "spec's: choose another --out, or move it away", file=sys.stderr)
+        return 2
     print_plan(spec, planned, schedules, timed_by(spec.out, measured))
     if not (spec.out / "experiment.yaml").exists():
         print(f"Report: {_rel(spec.out)} has no experiment.yaml; one is started from the spec "

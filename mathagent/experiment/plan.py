@@ -33,6 +33,7 @@ class Planned:
     run: Run
     state: str
     leftovers: tuple[Path, ...] = ()
+    mismatch: str | None = None  # a done run made with other settings than the spec's
 
 
 def work_dir(spec: Spec) -> Path:
@@ -52,12 +53,58 @@ def plan(spec: Spec, work: Path) -> list[Planned]:
     for run in spec.runs():
         result = spec.out / run.name
         if is_finished(result):
-            planned.append(Planned(run, DONE))
+            planned.append(Planned(run, DONE, mismatch=settings_mismatch(run, result)))
             continue
         leftovers = tuple(p for p in (work / run.name, spec.out / f".{run.name}.tmp", result)
                           if p.exists())
         planned.append(Planned(run, PARTIAL if leftovers else TODO, leftovers))
     return planned
+
+
+def settings_mismatch(run: Run, folder: Path) -> str | None:
+    """Where finished run ``folder`` was made otherwise than ``run`` asks, or None: its
+    config (``params.json``), or a value one of the run's overrides sets that its launched
+    config (``launched_config.yaml``, what Trinity was handed) holds otherwise. Keys of the
+    ``tuner:`` block are not in that file and are not compared."""
+    import yaml
+
+    from mathagent.launch.config import ConfigError, parse_override
+
+    try:
+        params = json.loads((folder / "params.json").read_text())
+        launched = yaml.safe_load((folder / "launched_config.yaml").read_text()) \
+            if (folder / "launched_config.yaml").is_file() else None
+    except (OSError, ValueError, yaml.YAMLError):
+        return f"{folder}: its params.json or launched_config.yaml cannot be read"
+    made = Path(str(params.get("config", ""))).name
+    if made and made != run.config.name:
+        return f"{folder} was made from {made}, the spec's arm asks for {run.config.name}"
+    if not isinstance(launched, dict):
+        return None
+    for text in run.overrides:
+        try:
+            key, want = parse_override(text)
+        except ConfigError:
+            continue
+        if key.startswith("tuner."):
+            continue
+        have, found = launched, True
+        for part in key.split("."):
+            if isinstance(have, dict) and part in have:
+                have = have[part]
+            elif isinstance(have, list) and part.isdigit() and int(part) < len(have):
+                have = have[int(part)]
+            else:
+                found = False
+                break
+        if found and have != want and not (_number(have) and _number(want)
+                                            and float(have) == float(want)):
+            return f"{folder} was made with {key}={have!r}, the spec asks for {want!r}"
+    return None
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def move_aside(planned: Planned, work: Path) -> Path | None:
