@@ -7,9 +7,8 @@ Two stand-ins, for what cannot run here: ``train`` itself (Trinity-RFT needs a G
 is a small script that behaves as ``train`` does towards the command: it reads the variables
 the run gets, writes ``params.json`` and the launched config where ``train`` does, copies the
 event files of a committed run (``results/trinity_qwen/bots_seed1``) into its job folder and
-prints Trinity's step lines; and the report (``mathagent.report``, another part of the
-package, not on this branch) is a function that records its calls. Everything else is the
-command's own code.
+prints Trinity's step lines; and the report's ``write_report`` is a function that records
+its calls. Everything else is the command's own code.
 """
 
 from __future__ import annotations
@@ -38,13 +37,20 @@ STAND_IN = textwrap.dedent('''
     job = Path(os.environ["TRINITY_CHECKPOINT_ROOT_DIR"]) / "Project" / name
     record = Path(os.environ["MATHAGENT_RUNS"]) / "train" / "20261206-120000"
     record.mkdir(parents=True)
+    arm, seed = name.rsplit("_seed", 1)
     params = {**json.loads((committed / "params.json").read_text()),
-              "checkpoint_job_dir": str(job), "ray_address": address,
+              "checkpoint_job_dir": str(job), "ray_address": address, "seed": int(seed),
+              "config": f"configs/config_{arm}_qwen.yaml",   # the run's own arm and seed
               "model": os.environ["TRINITY_MODEL_PATH"], "label": os.environ["MATHAGENT_RUN_LABEL"]}
     for folder in (record, job):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "params.json").write_text(json.dumps(params))
-    shutil.copyfile(committed / "launched_config.yaml", record / "trinity_config.yaml")
+    import yaml
+    launched = yaml.safe_load((committed / "launched_config.yaml").read_text())
+    launched["buffer"]["explorer_input"]["taskset"]["data_selector"]["seed"] = int(seed)
+    launched["explorer"]["rollout_model"]["seed"] = int(seed)
+    launched["buffer"]["total_steps"] = 2   # as `train` writes it with the spec's override
+    (record / "trinity_config.yaml").write_text(yaml.safe_dump(launched))
     shutil.copytree(committed / "monitor", job / "monitor")
     (job / "global_step_2").mkdir()
     (job / "global_step_2" / "model.bin").write_bytes(b"0" * 1000)
@@ -79,8 +85,9 @@ def experiment(tmp_path, monkeypatch):
         reports.append(sorted(d.name for d in results_dir.iterdir() if d.is_dir()))
         return results_dir / "README.md"
 
-    monkeypatch.setitem(sys.modules, "mathagent.report",
-                        types.SimpleNamespace(write_report=write_report))
+    import mathagent.report
+
+    monkeypatch.setattr(mathagent.report, "write_report", write_report)
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
