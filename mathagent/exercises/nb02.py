@@ -68,7 +68,7 @@ def check_exercise1(predictions) -> bool:
         got = [tuple(int(x) for x in triple) for triple in predictions]
     except (TypeError, ValueError):
         got = None
-    wrong = [] if got is None else [i for i, (a, b) in enumerate(zip(got, expected)) if a != b]
+    wrong = [] if got is None else [i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b]
     right = got is not None and len(got) == len(expected) and not wrong
     where = f" Look again at reply {wrong[0] + 1}." if wrong else ""
     return checking.verdict(right, "Give one (upstream, strict, lenient) triple of 0/1 per "
