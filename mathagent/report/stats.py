@@ -349,3 +349,15 @@ def verdict_lines(results_dir: str | Path) -> list[str]:
                  + (f" and {se_text(pair(best, base)['power'])} against `{base}`"
                     if best != base else "") + ".")
     return lines
+
+
+def behaviour_line(results_dir: str | Path) -> str:
+    """One sentence: each arm's mean effective task ratio and rollout accuracy over training
+    (:func:`behaviour`), the takeaway under a results folder's ETR figure."""
+    from mathagent.report.spec import read_spec
+
+    exp = read_spec(results_dir)
+    rows = behaviour(read_runs(exp), exp.arm_names)
+    parts = [f"`{r.arm}` {acc(r.etr)} ({acc(r.rollout)})" for r in rows.itertuples()]
+    return ("Mean effective task ratio over training (rollout accuracy in brackets): "
+            + ", ".join(parts) + ".")
