@@ -6,6 +6,11 @@ signal; then check your guesses by simulating groups.
 
 Exercise 2 (a data check): break one pass rate of ``data/samples/guru_raw.jsonl`` (set it to
 1.5) in a copy of the file, convert the copy, and read what the conversion says.
+
+Exercise 3 (how large a group): the smallest group size at which a task of pass rate 0.05 is
+mixed at least half the time.
+
+Each exercise has a ``check_exercise<k>`` that says whether an answer is right.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from mathagent import paths, tasks
+from mathagent.exercises import checking
 
 #: Exercise 1: P(signal) = 1 - p**8 - (1 - p)**8, to two decimals.
 PREDICTIONS = {0.05: 0.34, 0.5: 0.99, 0.9: 0.57}
@@ -44,3 +50,42 @@ def broken_pass_rate(work: str | Path, row: int = 3, column: str = "qwen2.5_7b_p
     except tasks.TasksetError as err:
         return str(err)
     raise AssertionError(f"{broken}: the conversion accepted a pass rate of {value}")
+
+
+def smallest_group(p: float = 0.05, share: float = 0.5) -> int:
+    """Exercise 3: the smallest group size ``n`` at which a task of pass rate ``p`` is mixed
+    (carries a GRPO signal) in at least ``share`` of its groups."""
+    n = 2
+    while tasks.informative_probability(p, n) < share:
+        n += 1
+    return n
+
+
+# -- self-checks (mathagent.exercises.checking) ------------------------------------------
+def check_exercise1(answers: dict) -> bool:
+    """Your P(signal) for pass rates 0.05, 0.5 and 0.9 and groups of 8, as ``{p: value}``."""
+    expected = {p: tasks.informative_probability(p, 8) for p in PREDICTIONS}
+    return checking.verdict(checking.all_close(answers, expected, 0.01),
+                            "Give a dict {0.05: ..., 0.5: ..., 0.9: ...}. A group carries a "
+                            "signal unless all 8 are right (p**8) or all wrong ((1-p)**8).")
+
+
+def check_exercise2(message: str) -> bool:
+    """The one-line message the conversion of your broken copy stopped with (row 3,
+    ``qwen2.5_7b_pass_rate`` set to 1.5)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as work:
+        expected = broken_pass_rate(work)
+    tail = expected.split(": ", 1)[-1]
+    return checking.verdict(isinstance(message, str) and tail in message,
+                            "Catch tasks.TasksetError around tasks.prepare_guru and pass "
+                            "str(error); the message names the row and the column.")
+
+
+def check_exercise3(n: int) -> bool:
+    """The smallest group size at which a task of pass rate 0.05 is mixed at least half the
+    time."""
+    return checking.verdict(n == smallest_group(),
+                            "Solve 1 - p**n - (1-p)**n >= 0.5 for the smallest whole n, or "
+                            "try n = 2, 3, ... with tasks.informative_probability(0.05, n).")

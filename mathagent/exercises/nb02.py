@@ -10,12 +10,17 @@ Exercise 2 (from rollouts to pass rates): given a table of several rollouts per 
 of them failed (an ``error`` text, or no reward), compute each task's pass rate the way
 ``measure-pass-rates`` does: a failed rollout is not a wrong answer, so a task with a failed
 rollout has no pass rate yet.
+
+Exercise 3 (a group's advantages): compute GRPO's advantage of each rollout of the group
+:data:`GROUP` by hand.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from mathagent.exercises import checking
 
 #: Exercise 1: (reply, truth, upstream reward, strict reward, lenient reward).
 PREDICTIONS = (
@@ -41,3 +46,55 @@ def pass_rates(table: pd.DataFrame) -> pd.DataFrame:
                         "pass_rate": rows["reward"].mean()})
     out.loc[out["failed"] > 0, "pass_rate"] = np.nan
     return out
+
+
+#: Exercise 3: one group of eight rewards whose GRPO advantages the learner computes.
+GROUP = (1, 0, 0, 1, 0, 0, 0, 0)
+
+
+def group_advantages(rewards=GROUP) -> list[float]:
+    """Exercise 3: each reward minus the group's mean, over the group's sample standard
+    deviation (the package's trainer computes it in :func:`mathagent.grpo.loss.group_advantages`)."""
+    r = np.asarray(rewards, dtype=float)
+    return list((r - r.mean()) / r.std(ddof=1))
+
+
+# -- self-checks (mathagent.exercises.checking) ------------------------------------------
+def check_exercise1(predictions) -> bool:
+    """Your rewards for the replies of :data:`PREDICTIONS`, in its order: a list of
+    ``(upstream, strict, lenient)`` triples."""
+    expected = [row[2:] for row in PREDICTIONS]
+    try:
+        got = [tuple(int(x) for x in triple) for triple in predictions]
+    except (TypeError, ValueError):
+        got = None
+    wrong = [] if got is None else [i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b]
+    right = got is not None and len(got) == len(expected) and not wrong
+    where = f" Look again at reply {wrong[0] + 1}." if wrong else ""
+    return checking.verdict(right, "Give one (upstream, strict, lenient) triple of 0/1 per "
+                            f"reply, in order.{where} Only the last box counts upstream.")
+
+
+def check_exercise2(table: pd.DataFrame, answer: pd.DataFrame) -> bool:
+    """Your per-task table for the rollouts ``table``: indexed by ``row``, with a
+    ``pass_rate`` column."""
+    expected = pass_rates(table)["pass_rate"]
+    try:
+        got = answer["pass_rate"].reindex(expected.index)
+        right = bool(np.allclose(got.to_numpy(float), expected.to_numpy(float), equal_nan=True))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        right = False
+    return checking.verdict(right, "One row per task (index `row`), a `pass_rate` column; a "
+                            "task with a failed rollout has no pass rate yet (NaN), not a lower one.")
+
+
+def check_exercise3(advantages) -> bool:
+    """Your eight advantages for the rewards :data:`GROUP`, in order."""
+    try:
+        got = np.asarray(advantages, dtype=float)
+        right = got.shape == (len(GROUP),) and np.allclose(got, group_advantages(), atol=0.01)
+    except (TypeError, ValueError):
+        right = False
+    return checking.verdict(right, "Subtract the group's mean reward, then divide by its "
+                            "sample standard deviation (ddof=1); a right rollout gets a "
+                            "positive advantage, a wrong one a negative.")

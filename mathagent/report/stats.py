@@ -305,3 +305,78 @@ def named_values(exp: Experiment, table: pd.DataFrame | None) -> dict[str, str]:
             tail = run[run["step"] > last - max(1, last // 4)]["response_length"].mean()
             out[f"length_{arm}_seed{seed}"] = "-" if math.isnan(tail) else f"{tail:.0f}"
     return out
+
+
+def arm_table(results_dir: str | Path) -> pd.DataFrame:
+    """Per arm of a results folder's experiment, at the last evaluation every run reached:
+    ``seeds``, ``mean`` and ``se`` of the held-out accuracy over seeds (mean ± SE)."""
+    from mathagent.report.spec import read_spec
+
+    exp = read_spec(results_dir)
+    table = read_runs(exp)
+    step = final_step(table)
+    if step is None:
+        raise ReportError(f"{results_dir}: no run has evaluated yet")
+    means = arm_means(per_seed(exp, table))
+    at = means[means["step"] == step].set_index("arm")
+    return pd.DataFrame({"step": step, "seeds": at["n"], "mean": at["mean"], "se": at["se"]})
+
+
+def verdict_lines(results_dir: str | Path) -> list[str]:
+    """Three sentences on a results folder's experiment, every number computed: which arm is
+    ahead at the last evaluation and by how many standard errors over the runner-up and over
+    the baseline; what that can show (a margin of :data:`SHOWN` standard errors or more) and
+    what it cannot; and the power, the smallest difference these seeds could show."""
+    from mathagent.report.spec import read_spec
+
+    exp = read_spec(results_dir)
+    table = read_runs(exp)
+    step = final_step(table)
+    if step is None:
+        raise ReportError(f"{results_dir}: no run has evaluated yet")
+    seeds = per_seed(exp, table)
+    arms = arm_table(results_dir).sort_values("mean", ascending=False)
+    diffs = differences(seeds, step)
+
+    def pair(a: str, b: str) -> dict:
+        row = diffs[(diffs["a"] == a) & (diffs["b"] == b)]
+        if row.empty:
+            row = diffs[(diffs["a"] == b) & (diffs["b"] == a)]
+            r = row.iloc[0]
+            return {"diff": -r["diff"], "se": r["se"], "z": -r["z"], "power": r["power"]}
+        return row.iloc[0].to_dict()
+
+    best, runner_up = arms.index[0], arms.index[1]
+    top = pair(best, runner_up)
+    base = exp.baseline
+    lines = [f"**Ahead:** `{best}` at step {step}, {acc(arms.at[best, 'mean'])} held out "
+             f"against `{runner_up}`'s {acc(arms.at[runner_up, 'mean'])}: "
+             f"{signed(top['diff'])}, {signed(top['z'], 1)} standard errors over seeds."]
+    if best != base:
+        vs = pair(best, base)
+        lines[0] += (f" Over `{base}`: {signed(vs['diff'])}, {signed(vs['z'], 1)} standard "
+                     "errors.")
+    clear = [f"`{r.a}` vs `{r.b}`" for r in diffs.itertuples() if abs(r.z) >= SHOWN]
+    lines.append("**What it can show:** " + (
+        f"a clear difference ({', '.join(clear)}: at least {SHOWN:.0f} standard errors)."
+        if clear else
+        f"no difference between any two arms reaches {SHOWN:.0f} standard errors, so the "
+        "order of the arms is a lead the seeds cannot confirm, not a ranking."))
+    lines.append(f"**Power:** with {int(arms['seeds'].min())} seeds per arm and this spread, "
+                 f"the smallest difference the seeds could show at {SHOWN:.0f} standard "
+                 f"errors is {se_text(top['power'])} between `{best}` and `{runner_up}`"
+                 + (f" and {se_text(pair(best, base)['power'])} against `{base}`"
+                    if best != base else "") + ".")
+    return lines
+
+
+def behaviour_line(results_dir: str | Path) -> str:
+    """One sentence: each arm's mean effective task ratio and rollout accuracy over training
+    (:func:`behaviour`), the takeaway under a results folder's ETR figure."""
+    from mathagent.report.spec import read_spec
+
+    exp = read_spec(results_dir)
+    rows = behaviour(read_runs(exp), exp.arm_names)
+    parts = [f"`{r.arm}` {acc(r.etr)} ({acc(r.rollout)})" for r in rows.itertuples()]
+    return ("Mean effective task ratio over training (rollout accuracy in brackets): "
+            + ", ".join(parts) + ".")
