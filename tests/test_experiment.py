@@ -221,6 +221,19 @@ def test_one_experiment_process_works_in_a_work_folder(tmp_path):
     with plans.WorkLock(work):
         assert json.loads((work / "lock.json").read_text())["pid"] == psutil.Process().pid
     assert not (work / "lock.json").exists()
+    # the output folder too: a second process with another work folder is refused there
+    out = tmp_path / "out"
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        out.mkdir()
+        (out / ".experiment.lock.json").write_text(json.dumps(
+            {"pid": other.pid, "created": psutil.Process(other.pid).create_time()}))
+        with pytest.raises(plans.WorkLockError, match="works in"), \
+                plans.WorkLock(out, ".experiment.lock.json"):
+            pass
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_the_estimate_of_a_run_is_near_what_the_committed_runs_took():

@@ -110,7 +110,7 @@ def experiment_command(args: argparse.Namespace) -> int:
             print(f"error: model {args.model or spec.model}: {exc}", file=sys.stderr)
             return 2
         try:
-            with WorkLock(work):
+            with WorkLock(work), WorkLock(spec.out, ".experiment.lock.json"):
                 failed = run_all(todo, spec, work, model, schedules, args)
         except WorkLockError as exc:
             print(f"error: {exc}", file=sys.stderr)

@@ -130,31 +130,44 @@ class WorkLockError(RuntimeError):
 
 
 class WorkLock:
-    """``work/lock.json`` holds the pid and start time of the experiment process working
-    there; a second process is refused while the first lives (a lock whose process is gone is
-    taken over: that process was killed)."""
+    """``FOLDER/NAME`` (default ``lock.json``) holds the pid and start time of the experiment
+    process working there; a second process is refused while the first lives (a lock whose
+    process is gone is taken over: that process was killed). The file is made with
+    ``O_EXCL``, so of two processes starting at once one gets it. ``experiment`` locks both its
+    work folder and its output folder (``.experiment.lock.json``)."""
 
-    def __init__(self, work: Path) -> None:
-        self.file = work / "lock.json"
+    def __init__(self, folder: Path, name: str = "lock.json") -> None:
+        self.file = folder / name
+
+    def _owner(self):
+        from mathagent.reaper import same_process
+
+        try:
+            held = json.loads(self.file.read_text())
+            return same_process(int(held["pid"]), float(held["created"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def __enter__(self) -> WorkLock:
         import psutil
 
-        from mathagent.reaper import same_process
-
-        if self.file.is_file():
-            try:
-                held = json.loads(self.file.read_text())
-                owner = same_process(int(held["pid"]), float(held["created"]))
-            except (ValueError, KeyError, TypeError):
-                owner = None
-            if owner is not None and owner.pid != os.getpid():
-                raise WorkLockError(f"{self.file}: experiment process {owner.pid} works in "
-                                    f"{self.file.parent}; wait for it or stop it")
-        self.file.parent.mkdir(parents=True, exist_ok=True)
         me = psutil.Process()
-        self.file.write_text(json.dumps({"pid": me.pid, "created": me.create_time()}) + "\n")
-        return self
+        record = (json.dumps({"pid": me.pid, "created": me.create_time()}) + "\n").encode()
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(3):
+            try:
+                fd = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                owner = self._owner()
+                if owner is not None and owner.pid != os.getpid():
+                    raise WorkLockError(f"{self.file}: experiment process {owner.pid} works in "
+                                        f"{self.file.parent}; wait for it or stop it") from None
+                self.file.unlink(missing_ok=True)  # its process is gone: taken over
+                continue
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(record)
+            return self
+        raise WorkLockError(f"{self.file}: could not be taken (another process keeps making it)")
 
     def __exit__(self, *exc) -> None:
         self.file.unlink(missing_ok=True)
