@@ -138,15 +138,23 @@ def bwrap_args(bwrap: str, seccomp_fd: int, info_fd: int, disk_bytes: int,
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
+    # a path to show under /tmp (a checkout or an environment there) needs /tmp as a folder:
+    # an empty tmpfs holds its mount point and is then made read-only (TMPDIR is the work
+    # folder either way); otherwise /tmp points into the work folder
+    under_tmp = any(_under(path, ["/tmp"]) for path in paths)
+    if under_tmp:
+        args += ["--size", str(1 << 20), "--tmpfs", "/tmp"]
     for path in paths:
         args += ["--ro-bind", path, path]
+    if under_tmp:
+        args += ["--remount-ro", "/tmp"]
     args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
              "--proc", "/proc", "--tmpfs", "/dev"]
     for dev in DEVICES:
         args += ["--dev-bind", f"/dev/{dev}", f"/dev/{dev}"]
     args += ["--symlink", "/proc/self/fd", "/dev/fd",
-             "--size", str(disk_bytes), "--tmpfs", WORK, "--symlink", WORK, "/tmp",
-             "--chdir", WORK, "--"]
+             "--size", str(disk_bytes), "--tmpfs", WORK,
+             *([] if under_tmp else ["--symlink", WORK, "/tmp"]), "--chdir", WORK, "--"]
     return args
 
 

@@ -19,7 +19,10 @@ from mathagent.sandbox_layer import isolation
 
 SECRET = "mathagent-escape-secret-7f3a"
 ROOMY = hang_bound(30.0)  # a wall-clock limit that only stops a hang
-MARKER = "61.4417"  # the argument of a process an escape tries to leave behind
+# the argument of a process an escape tries to leave behind; this test process's own (a sleep
+# of 61 s and its pid), so that a sandbox of another test worker, running at the same moment,
+# is not taken for a leftover here
+MARKER = f"61.{os.getpid() % 10000:04d}"
 
 
 def _toolkit(code: str) -> str:

@@ -302,3 +302,21 @@ def test_the_pid_1_reaper_alone_ends_a_process_left_behind():
     done = _bare_bwrap(script, seccomp=False)
     assert done.returncode == 0 and "left one behind" in done.stdout, done.stderr
     assert leftovers() == []
+
+
+def test_a_path_to_show_under_tmp_gets_a_read_only_tmp_of_its_own():
+    """A checkout or environment under /tmp (CI may clone there): /tmp cannot be a link into
+    the work folder, so it is an empty tmpfs holding the mount point, made read-only after;
+    elsewhere /tmp points into the work folder."""
+    args = bwrap_args("bwrap", 3, 4, 1 << 20, ["/usr", "/tmp/checkout"])
+    pairs = [tuple(args[i:i + 3]) for i in range(len(args) - 2)]
+    tmpfs = args.index("--tmpfs", 0)
+    assert args[tmpfs + 1] == "/tmp" and tmpfs < pairs.index(("--ro-bind", "/tmp/checkout",
+                                                             "/tmp/checkout"))
+    assert args.index("--remount-ro") > pairs.index(("--ro-bind", "/tmp/checkout",
+                                                    "/tmp/checkout"))
+    assert ("--symlink", "/sandbox", "/tmp") not in pairs
+    elsewhere = bwrap_args("bwrap", 3, 4, 1 << 20, ["/usr", "/work/checkout"])
+    assert "--remount-ro" not in elsewhere
+    assert ("--symlink", "/sandbox", "/tmp") in [tuple(elsewhere[i:i + 3])
+                                                  for i in range(len(elsewhere) - 2)]
