@@ -42,6 +42,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+#: A difference of at least this many standard errors over seeds is one the seeds can show
+#: (the verdict calls it clear; the reports' power is this many standard errors).
+SHOWN_SE = 2.0
+
 KEYS = ("selector", "seed", "step")
 METRICS = ("rollout_accuracy", "eval_accuracy", "effective_task_ratio")
 

@@ -38,7 +38,7 @@ from mathagent import metrics
 from mathagent.results import RunError, has_runs, load_runs
 
 #: A margin of at least this many standard errors counts as clear.
-CLEAR = 2.0
+CLEAR = metrics.SHOWN_SE
 #: The selector under study and the baseline it is measured against.
 STUDIED, BASELINE = "difficulty_based", "random"
 #: The columns of :func:`evidence_table`, in order.

@@ -8,6 +8,7 @@ policy); its ``phase_times.csv`` and ``startup.csv`` hold the phase times the es
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -202,38 +203,41 @@ seeds: [0, 1, 2]
         work / "aside" / "difficulty_seed0.2"
 
 
+@contextlib.contextmanager
+def _held_by_another_process(folder: Path, name: str = "lock.json"):
+    """``folder/name`` recording a live process other than this one; the process is killed
+    when the block ends."""
+    import psutil
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(json.dumps(
+            {"pid": other.pid, "created": psutil.Process(other.pid).create_time()}))
+        yield other.pid
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_one_experiment_process_works_in_a_work_folder(tmp_path):
     import psutil
 
     work = tmp_path / "work"
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        work.mkdir()
-        (work / "lock.json").write_text(json.dumps(
-            {"pid": other.pid, "created": psutil.Process(other.pid).create_time()}))
-        with pytest.raises(plans.WorkLockError, match=f"experiment process {other.pid}"), \
-                plans.WorkLock(work):
-            pass
-    finally:
-        other.kill()
-        other.wait()
+    with _held_by_another_process(work) as pid, \
+            pytest.raises(plans.WorkLockError, match=f"experiment process {pid}"), \
+            plans.WorkLock(work):
+        pass
     # its process gone (killed), the lock is taken over and given back at the end
     with plans.WorkLock(work):
         assert json.loads((work / "lock.json").read_text())["pid"] == psutil.Process().pid
     assert not (work / "lock.json").exists()
     # the output folder too: a second process with another work folder is refused there
     out = tmp_path / "out"
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        out.mkdir()
-        (out / ".experiment.lock.json").write_text(json.dumps(
-            {"pid": other.pid, "created": psutil.Process(other.pid).create_time()}))
-        with pytest.raises(plans.WorkLockError, match="works in"), \
-                plans.WorkLock(out, ".experiment.lock.json"):
-            pass
-    finally:
-        other.kill()
-        other.wait()
+    with _held_by_another_process(out, ".experiment.lock.json"), \
+            pytest.raises(plans.WorkLockError, match="works in"), \
+            plans.WorkLock(out, ".experiment.lock.json"):
+        pass
 
 
 def test_the_estimate_of_a_run_is_near_what_the_committed_runs_took():

@@ -32,7 +32,7 @@ from mathagent.report.spec import Experiment, ReportError
 from mathagent.results import RunError, read_run
 
 #: A difference of at least this many standard errors is one the seeds can show.
-SHOWN = 2.0
+SHOWN = metrics.SHOWN_SE
 NA = "n/a"
 
 
