@@ -24,7 +24,8 @@ from mathagent import cli, paths
 from mathagent.cli import main
 from mathagent.experiment import plan as plans
 from mathagent.experiment.estimate import estimate
-from mathagent.experiment.spec import SEED_KEYS, SpecError, load_spec, schedule
+from mathagent.experiment.schedule import schedule
+from mathagent.results.spec import SEED_KEYS, SpecError, load_spec
 
 SPEC = paths.CONFIGS_DIR / "experiment_qwen.yaml"
 SHORT = paths.CONFIGS_DIR / "experiment_qwen_short.yaml"
@@ -35,13 +36,18 @@ def test_the_committed_spec_is_the_committed_experiment():
     spec = load_spec(SPEC)
     assert spec.out == COMMITTED
     assert list(spec.arms) == ["random", "difficulty", "bots"]
-    # the same arms (configs) and seeds as the report's own description of the folder
+    # the folder's report names this spec and takes its arms (configs) and seeds from it,
+    # each arm under the selector its runs report
     import yaml
 
-    report = yaml.safe_load((COMMITTED / "experiment.yaml").read_text())
-    assert [Path(c).name for c in spec.arms.values()] == \
-        [Path(a["config"]).name for a in report["arms"].values()]
-    assert list(spec.seeds) == report["seeds"]
+    from mathagent.report import read_spec
+
+    assert yaml.safe_load((COMMITTED / "experiment.yaml").read_text())["experiment"] == \
+        "configs/experiment_qwen.yaml"
+    exp = read_spec(COMMITTED)
+    assert exp.arm_names == ["random", "difficulty_based", "bots"]
+    assert [a.config for a in exp.arms] == [f"configs/{c.name}" for c in spec.arms.values()]
+    assert exp.seeds == spec.seeds
     runs = spec.runs()
     # every run has a folder of that name in the committed experiment, with that seed
     for run in runs:
@@ -307,7 +313,7 @@ def test_a_new_output_folder_is_timed_by_the_specs_own_runs(tmp_path, capsys):
     import dataclasses
 
     from mathagent.experiment.commands import print_plan, timed_by
-    from mathagent.experiment.spec import schedules
+    from mathagent.experiment.schedule import schedules
 
     spec = load_spec(SPEC)
     mine = dataclasses.replace(spec, out=tmp_path / "mine")
@@ -334,12 +340,19 @@ def test_a_new_folders_report_starts_from_the_spec(tmp_path):
 
     spec = dataclasses.replace(load_spec(paths.CONFIGS_DIR / "experiment_qwen_60steps.yaml"),
                                out=tmp_path / "out")
-    from mathagent.experiment.spec import schedules as spec_schedules
+    from mathagent.experiment.schedule import schedules as spec_schedules
 
     written = write_starting_spec(spec, spec_schedules(spec))
+    import yaml
+
+    # the arms and seeds stay in the spec: the file names it, relative to the repository root
+    started = yaml.safe_load(written.read_text())
+    assert started["experiment"] == "configs/experiment_qwen_60steps.yaml"
+    assert "arms" not in started and "seeds" not in started
     exp = read_spec(written.parent)
-    assert [a.name for a in exp.arms] == ["random", "bots"]
-    assert exp.seeds == (0,)
+    assert [(a.name, a.config) for a in exp.arms] == [
+        ("random", "configs/config_random_qwen.yaml"), ("bots", "configs/config_bots_qwen.yaml")]
+    assert exp.seeds == (0,) and exp.title.startswith("`random`, `bots` on qwen2.5-coder-0.5b")
     assert exp.settings["steps"] == "60" and exp.settings["batch"] == "16 tasks x 8 replies"
     assert exp.settings["evaluation"] == "held-out at steps 0, 10, 20, 30, 40, 50, 60"
     assert write_starting_spec(spec, spec_schedules(spec)) is None  # kept as it is

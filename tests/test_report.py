@@ -39,10 +39,17 @@ def make_run(folder: Path, selector: str, seed: int, evals: dict[int, float],
     pd.DataFrame(rows).to_csv(folder / "metrics.csv", index=False)
 
 
-def spec(folder: Path, arms=("random", "bots"), **extra) -> None:
+def spec(folder: Path, arms=("random", "bots"), experiment: str | None = None,
+         **extra) -> None:
+    """An experiment.yaml; with ``experiment`` (a spec's path) its arms hold only ``about``
+    and the seeds are the spec's."""
+    if experiment:
+        held = {"experiment": experiment, "arms": {a: {"about": f"the {a} arm"} for a in arms}}
+    else:
+        held = {"arms": {a: {"config": CONFIG, "about": f"the {a} arm"} for a in arms},
+                "seeds": [0, 1, 2]}
     data = {"title": "A test experiment", "question": "Which arm learns more?",
-            "arms": {a: {"config": CONFIG, "about": f"the {a} arm"} for a in arms},
-            "seeds": [0, 1, 2], "hardware": "NVIDIA H100 80GB HBM3",
+            **held, "hardware": "NVIDIA H100 80GB HBM3",
             "settings": {"policy": "a policy", "steps": "60", "batch": "16 x 8",
                          "evaluation": "step 0 and every 10 steps", "software": "trinity-rft"},
             **extra}
@@ -242,6 +249,120 @@ def test_the_project_readmes_answer_block_is_written_between_its_markers(three_s
     (root / "README.md").write_text(text.replace("0.340", "0.345"))
     assert cli.main(["report", str(folder), "--check"]) == 1
     assert "the answer block of results/exp differs" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------
+# A folder whose arms and seeds are its experiment spec's (``experiment:``)
+# --------------------------------------------------------------------------------------
+
+SPEC_ARMS = {"random": "configs/config_random_qwen.yaml",
+             "difficulty": "configs/config_difficulty_qwen.yaml"}
+
+
+@pytest.fixture
+def from_spec(tmp_path, monkeypatch):
+    """A repository root holding ``configs/experiment_t.yaml`` (arms ``random`` and
+    ``difficulty``, seeds 0 and 1, the committed configs) and its output folder with one run
+    of each arm at seed 0; the folder's experiment.yaml names the spec."""
+    import yaml
+
+    root = tmp_path / "repo"
+    (root / "configs").mkdir(parents=True)
+    for config in SPEC_ARMS.values():
+        shutil.copyfile(paths.REPO_ROOT / config, root / config)
+    (root / "configs" / "experiment_t.yaml").write_text(yaml.safe_dump(
+        {"out": "results/exp", "arms": SPEC_ARMS, "seeds": [0, 1]}, sort_keys=False))
+    monkeypatch.setattr(paths, "REPO_ROOT", root)
+    folder = root / "results" / "exp"
+    make_run(folder / "random_seed0", "random", 0, {0: 0.2, 60: 0.3})
+    make_run(folder / "difficulty_seed0", "difficulty_based", 0, {0: 0.2, 60: 0.4})
+    spec(folder, arms=("random", "difficulty_based"), experiment="configs/experiment_t.yaml")
+    return folder
+
+
+def test_a_folder_naming_its_spec_takes_the_arms_and_seeds_from_it(from_spec):
+    exp = report.read_spec(from_spec)
+    assert exp.experiment == "configs/experiment_t.yaml"
+    assert [(a.name, a.config, a.about) for a in exp.arms] == [
+        ("random", SPEC_ARMS["random"], "the random arm"),
+        ("difficulty_based", SPEC_ARMS["difficulty"], "the difficulty_based arm")]
+    assert exp.seeds == (0, 1) and exp.baseline == "random"
+    page, _, _ = report.build(exp, "results/exp")
+    assert ("| arm `difficulty_based` | the difficulty_based arm "
+            "(`configs/config_difficulty_qwen.yaml`) |") in page
+    assert "| seeds | 0, 1 |" in page
+    assert "| `difficulty_based` | 1 | not run | not run |" in page   # seed 1: planned, not run
+    assert "| `difficulty_seed0` | `difficulty_based` | 0 | 60 |" in page
+    # an arm's about is optional: the spec's arms are the arms all the same
+    spec(from_spec, arms=("random",), experiment="configs/experiment_t.yaml")
+    exp = report.read_spec(from_spec)
+    assert exp.arm_names == ["random", "difficulty_based"] and exp.arms[1].about == ""
+
+
+def _edit(folder: Path, change) -> None:
+    import yaml
+
+    file = folder / "experiment.yaml"
+    data = yaml.safe_load(file.read_text())
+    change(data)
+    file.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(seeds=[0, 1]),
+     "experiment.yaml: seeds: the spec configs/experiment_t.yaml holds them"),
+    (lambda d: d["arms"]["random"].update(config=SPEC_ARMS["random"]),
+     "experiment.yaml: arms.random.config: the spec configs/experiment_t.yaml holds the arm's "
+     "config"),
+    (lambda d: d.update(experiment="configs/experiment_gone.yaml"),
+     "experiment.yaml: experiment: configs/experiment_gone.yaml: no such file"),
+    (lambda d: d.update(experiment=["configs/experiment_t.yaml"]),
+     "experiment.yaml: experiment: the spec's path"),
+    (lambda d: d.update(arms={"difficulty": {"about": "x"}}),
+     "arms.difficulty: not an arm of configs/experiment_t.yaml (its arms, by the selector "
+     "their runs report: random, difficulty_based)"),
+    (lambda d: d.update(experiment="configs/config_random_qwen.yaml"),
+     "config_random_qwen.yaml: mode: unknown key (a spec holds"),   # a config, not a spec
+])
+def test_a_spec_named_twice_missing_or_wrong_is_one_line(from_spec, capsys, change, message):
+    _edit(from_spec, change)
+    assert cli.main(["report", str(from_spec)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert str(from_spec / "experiment.yaml") in err
+    assert not (from_spec / "README.md").exists()
+
+
+def test_runs_that_do_not_match_the_specs_arms_are_refused(from_spec, capsys):
+    import yaml
+
+    def refused(message: str) -> None:
+        assert cli.main(["report", str(from_spec)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+
+    assert cli.main(["report", str(from_spec)]) == 0
+    # a run of an arm the spec does not have
+    make_run(from_spec / "bots_seed0", "bots", 0, {0: 0.2, 60: 0.5})
+    refused(f"{from_spec / 'bots_seed0'}: not a run of configs/experiment_t.yaml (its runs: "
+            "random_seed0, random_seed1, difficulty_seed0, difficulty_seed1)")
+    shutil.rmtree(from_spec / "bots_seed0")
+    # the spec's run folder, made with another arm's selector or another seed
+    make_run(from_spec / "difficulty_seed1", "random", 1, {0: 0.2, 60: 0.5})
+    refused(f"{from_spec / 'difficulty_seed1'}: ran selector 'random' with seed 1; "
+            "configs/experiment_t.yaml plans it as selector 'difficulty_based' with seed 1")
+    shutil.rmtree(from_spec / "difficulty_seed1")
+    make_run(from_spec / "difficulty_seed1", "difficulty_based", 7, {0: 0.2, 60: 0.5})
+    refused("ran selector 'difficulty_based' with seed 7; configs/experiment_t.yaml plans it "
+            "as selector 'difficulty_based' with seed 1")
+    shutil.rmtree(from_spec / "difficulty_seed1")
+    # two arms of the spec running one selector: the report could not tell them apart
+    spec_file = paths.REPO_ROOT / "configs" / "experiment_t.yaml"
+    spec_file.write_text(yaml.safe_dump({"out": "results/exp", "seeds": [0, 1], "arms": {
+        "random": SPEC_ARMS["random"], "difficulty": SPEC_ARMS["difficulty"],
+        "shuffled": SPEC_ARMS["random"]}}, sort_keys=False))
+    refused("experiment: configs/experiment_t.yaml: arms random and shuffled both run selector "
+            "'random'")
 
 
 def test_what_each_notebook_did_is_read_from_the_tutorials_summary(tmp_path):

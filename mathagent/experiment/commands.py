@@ -37,8 +37,8 @@ from mathagent.experiment.plan import (
     work_dir,
 )
 from mathagent.experiment.progress import now, problem_lines
-from mathagent.experiment.spec import Run, Spec, SpecError, load_spec
-from mathagent.experiment.spec import schedules as spec_schedules
+from mathagent.experiment.schedule import schedules as spec_schedules
+from mathagent.results.spec import Run, Spec, SpecError, load_spec
 
 #: Seconds between two looks at the runs' logs.
 POLL_SECONDS = 5.0

@@ -1,9 +1,12 @@
 """A starting ``experiment.yaml`` for an output folder that has none, from the spec.
 
-The report (:mod:`mathagent.report`) needs the folder's question, arms, seeds and settings;
-for a new experiment the spec already says most of them. What only a person can write (the
-question in their words, the answer, the interpretation, the limitations) is left for them
-to add: the page is written with what the runs show, and says it was started from the spec.
+The report (:mod:`mathagent.report`) needs the folder's question, arms, seeds and settings.
+The arms and seeds stay in the spec, their one home: the file names it (``experiment:``,
+relative to the repository root) and the report reads them from there. The settings are
+filled from the spec's overrides and first config. What only a person can write (the
+question in their words, a few words on each arm, the answer, the interpretation, the
+limitations) is left for them to add: the page is written with what the runs show, and says
+it was started from the spec.
 """
 
 from __future__ import annotations
@@ -12,33 +15,15 @@ import importlib.metadata
 from pathlib import Path
 from typing import Any
 
-from mathagent import paths
-from mathagent.experiment.spec import Schedule, Spec
+from mathagent.experiment.schedule import Schedule
+from mathagent.results.spec import Spec, repo_relative
 
 SOFTWARE = ("trinity-rft", "vllm", "verl", "torch")
 
 
-def _selector(config: Path) -> str:
-    """The selector name the runs of ``config`` report (the report's arm name)."""
-    import yaml
-
-    from mathagent.results import selector_label
-
-    raw = yaml.safe_load(config.read_text()) or {}
-    taskset = ((raw.get("buffer") or {}).get("explorer_input") or {}).get("taskset") or {}
-    return selector_label((taskset.get("data_selector") or {}).get("selector_type", "random"))
-
-
 def _setting(spec: Spec, key: str) -> Any:
-    """``key`` (dotted) from the spec's overrides, else the first arm's config."""
-    import yaml
-
-    if key in spec.overrides:
-        return spec.overrides[key]
-    value: Any = yaml.safe_load(next(iter(spec.arms.values())).read_text()) or {}
-    for part in key.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
+    """``key`` (dotted) as the first arm's runs get it."""
+    return spec.setting(next(iter(spec.arms)), key)
 
 
 def _versions() -> str:
@@ -62,21 +47,15 @@ def _gpu() -> str:
 
 def starting_spec(spec: Spec, schedules: dict[str, Schedule]) -> dict[str, Any]:
     """The ``experiment.yaml`` a report of ``spec``'s output folder can start from."""
-    arms = {}
-    for arm, config in spec.arms.items():
-        arms[_selector(config)] = {"config": str(config.relative_to(paths.REPO_ROOT))
-                                   if config.is_relative_to(paths.REPO_ROOT) else str(config),
-                                   "about": f"the spec's arm `{arm}` ({config.name})"}
     first = next(iter(schedules.values()))
     evals = ", ".join(str(s) for s in first.eval_steps) or "none"
     return {
-        "title": f"{', '.join(f'`{a}`' for a in arms)} on {spec.model} "
+        "title": f"{', '.join(f'`{a}`' for a in spec.selectors().values())} on {spec.model} "
                  f"({first.steps} steps, seeds {', '.join(map(str, spec.seeds))})",
         "question": f"Which arm trains the policy to the higher held-out accuracy? (Started "
                     f"from {spec.path.name} by `python -m mathagent experiment`; write the "
                     "question, the answer and the limitations here.)",
-        "arms": arms,
-        "seeds": list(spec.seeds),
+        "experiment": repo_relative(spec.path.resolve()),
         "settings": {"policy": spec.model, "steps": str(first.steps),
                      "batch": f"{_setting(spec, 'buffer.batch_size')} tasks x "
                               f"{_setting(spec, 'algorithm.repeat_times')} replies",

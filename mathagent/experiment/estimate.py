@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from mathagent.experiment.spec import Run, schedule
+from mathagent.experiment.schedule import schedule
+from mathagent.results.spec import Run
 
 STEP_ROW = "whole step (log: one explore start to the next)"
 EVAL_ROW, TRAIN_ROW = "evaluation", "training step"

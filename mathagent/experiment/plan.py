@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mathagent.experiment.layout import RUN_FILES
-from mathagent.experiment.spec import Run, Spec
+from mathagent.results.spec import Run, Spec
 
 DONE, TODO, PARTIAL = "done", "to do", "partial"
 ASIDE = "aside"

@@ -33,7 +33,7 @@ from pathlib import Path
 from mathagent import paths, results
 from mathagent.experiment.layout import Finished, lay_out, read_apps, write_tables
 from mathagent.experiment.progress import LogFollower, Progress, now, problem_lines
-from mathagent.experiment.spec import Run
+from mathagent.results.spec import Run
 
 #: Every run's environment: NVLink multicast off (NCCL, torch's symmetric memory and NVSHMEM:
 #: a one-GPU run has no use for it and some machines fail to set it up), no usage reports, no

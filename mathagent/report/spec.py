@@ -1,20 +1,33 @@
 """``experiment.yaml``: the short, hand-written part of a results folder's report.
 
 Everything a report states about its runs is computed from the run folders; what only a
-person knows is written here once: the question, the arms and their configs, the planned
-seeds, the settings (policy, steps, batch, evaluation set and schedule, hardware, software),
-the figures' captions, a few sentences of answer and interpretation, and the limitations.
-Prose cites computed values by name in braces (``{mean_random}``, ``{z_bots_vs_random}``;
+person knows is written here once: the question, a few words on each arm, the settings
+(policy, steps, batch, evaluation set and schedule, hardware, software), the figures'
+captions, a few sentences of answer and interpretation, and the limitations. Prose cites
+computed values by name in braces (``{mean_random}``, ``{z_bots_vs_random}``;
 :func:`mathagent.report.stats.named_values` lists them), never by typing a number.
+
+A folder that ``python -m mathagent experiment`` fills names its spec (``experiment:``), the
+one home of the arms' configs and the seeds (:mod:`mathagent.results.spec`); the report takes
+them from there. An arm is named here as its runs report it: by its selector
+(``difficulty_based``), not by the spec's arm name (``difficulty``, the run folders' prefix),
+because the prose, ``baseline`` and the pages cite the selector names. Each run folder must be
+one of the spec's runs (``<spec arm>_seed<seed>``) with that arm's selector and that seed.
+A folder without a spec (runs made before it, ``train-local`` runs, a tidy table) gives the
+arms' configs and the seeds here.
 
 Keys (``title`` and ``question`` always; the rest as the folder needs):
 
 ==================  =====================================================================
 ``title``           the page's heading
 ``question``        what the experiment asks, one paragraph
-``arms``            arm (the selector name the runs report) -> ``{config: PATH, about: TEXT}``
+``experiment``      the spec the runs were made from (``configs/experiment_qwen.yaml``,
+                    relative to the repository root): the arms, their configs and the seeds
+``arms``            arm (the selector name the runs report) -> ``{config: PATH, about: TEXT}``;
+                    with ``experiment``, only ``{about: TEXT}`` (the arms are the spec's)
 ``baseline``        the arm the others are set against (default: the first)
 ``seeds``           the planned seeds; a planned run with no folder shows as "not run"
+                    (with ``experiment``, the spec's: not given here)
 ``table``           a tidy CSV holding the runs, for a folder without run folders
 ``start_point``     a ``start_point.csv`` (:class:`mathagent.results.StartPoint`): the
                     held-out accuracy of the weights every run starts from, measured once
@@ -36,7 +49,8 @@ Keys (``title`` and ``question`` always; the rest as the folder needs):
 ==================  =====================================================================
 
 A missing or misspelt key, a file that is not there, a name the prose cites that nothing
-computes: one :class:`ReportError` line naming the file and the key.
+computes, an arm's config or the seeds given both here and in the spec: one
+:class:`ReportError` line naming the file and the key.
 """
 
 from __future__ import annotations
@@ -50,8 +64,9 @@ SPEC = "experiment.yaml"
 REQUIRED_SETTINGS = ("policy", "steps", "batch", "evaluation", "software")
 STATS = ("mean", "min", "max", "sum", "count")
 TABLE_KINDS = ("file", "runs", "tutorial_log", "text")
-KEYS = ("title", "question", "arms", "baseline", "seeds", "table", "start_point", "settings",
-        "hardware", "figures", "tables", "values", "answer", "interpretation", "limitations")
+KEYS = ("title", "question", "experiment", "arms", "baseline", "seeds", "table", "start_point",
+        "settings", "hardware", "figures", "tables", "values", "answer", "interpretation",
+        "limitations")
 
 
 class ReportError(ValueError):
@@ -72,6 +87,7 @@ class Experiment:
     folder: Path
     title: str
     question: str
+    experiment: str | None = None
     arms: tuple[Arm, ...] = ()
     baseline: str | None = None
     seeds: tuple[int, ...] = ()
@@ -85,6 +101,8 @@ class Experiment:
     answer: str = ""
     interpretation: str = ""
     limitations: tuple[str, ...] = ()
+    #: With ``experiment``: each run folder the spec plans -> (its arm's selector, its seed).
+    planned: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     @property
     def arm_names(self) -> list[str]:
@@ -136,6 +154,56 @@ def _arms(data: dict, where: str, root: Path) -> tuple[Arm, ...]:
             raise ReportError(f"{at}.config: {config}: no such file")
         arms.append(Arm(str(name), config, _text(arm, "about", at)))
     return tuple(arms)
+
+
+def _from_spec(data: dict, where: str) -> tuple[str, tuple[Arm, ...], tuple[int, ...],
+                                                dict[str, tuple[str, int]]]:
+    """``experiment``'s spec read: its path as given, the arms (each ``about`` from ``data``),
+    the seeds and the planned runs (:attr:`Experiment.planned`)."""
+    from mathagent.results.spec import SpecError, load_spec, repo_path, repo_relative
+
+    given = data["experiment"]
+    if not isinstance(given, str) or not given:
+        raise ReportError(f"{where}: experiment: the spec's path, relative to the repository "
+                          f"root (e.g. configs/experiment_qwen.yaml), not {given!r}")
+    file = repo_path(given)
+    if not file.is_file():
+        raise ReportError(f"{where}: experiment: {given}: no such file (the spec's path, "
+                          "relative to the repository root)")
+    if "seeds" in data:
+        raise ReportError(f"{where}: seeds: the spec {given} holds them (experiment:); "
+                          "give them in one place")
+    try:
+        spec = load_spec(file)
+        selectors = spec.selectors()
+    except SpecError as exc:
+        raise ReportError(f"{where}: experiment: {exc}") from None
+    by_selector: dict[str, str] = {}
+    for arm, selector in selectors.items():
+        if selector in by_selector:
+            raise ReportError(f"{where}: experiment: {given}: arms {by_selector[selector]} and "
+                              f"{arm} both run selector {selector!r}, which the report names "
+                              "its arms by")
+        by_selector[selector] = arm
+    about = _mapping(data, "arms", where)
+    for name, arm in about.items():
+        at = f"{where}: arms.{name}"
+        if name not in by_selector:
+            raise ReportError(f"{at}: not an arm of {given} (its arms, by the selector their "
+                              f"runs report: {', '.join(by_selector)})")
+        if not isinstance(arm, dict):
+            raise ReportError(f"{at}: needs about (a few words on the arm)")
+        if "config" in arm:
+            raise ReportError(f"{at}.config: the spec {given} holds the arm's config "
+                              "(experiment:); give it in one place")
+        unknown = set(arm) - {"about"}
+        if unknown:
+            raise ReportError(f"{at}: unknown key(s) {', '.join(sorted(unknown))}")
+    texts = {name: _text(arm, "about", f"{where}: arms.{name}") for name, arm in about.items()}
+    arms = tuple(Arm(selectors[arm], repo_relative(config), texts.get(selectors[arm], ""))
+                 for arm, config in spec.arms.items())
+    planned = {run.name: (selectors[run.arm], run.seed) for run in spec.runs()}
+    return given, arms, spec.seeds, planned
 
 
 def _tables(data: dict, where: str, folder: Path) -> tuple[dict, ...]:
@@ -207,7 +275,13 @@ def read_spec(folder: str | Path) -> Experiment:
     if unknown:
         raise ReportError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
                           f"known: {', '.join(KEYS)}")
-    arms = _arms(data, where, paths.REPO_ROOT)
+    if "experiment" in data:
+        experiment, arms, seeds, planned = _from_spec(data, where)
+    else:
+        experiment, arms, planned = None, _arms(data, where, paths.REPO_ROOT), {}
+        seeds = data.get("seeds") or []
+        if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
+            raise ReportError(f"{where}: 'seeds' must be a list of whole numbers")
     names = [a.name for a in arms]
     baseline = _text(data, "baseline", where) or (names[0] if names else None)
     if arms and baseline not in names:
@@ -223,9 +297,6 @@ def read_spec(folder: str | Path) -> Experiment:
                 else {str(k): str(v) for k, v in hardware.items()})
     if arms and not hardware.get("default") and not any(hardware.values()):
         raise ReportError(f"{where}: no 'hardware' (the GPU model the runs used)")
-    seeds = data.get("seeds") or []
-    if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
-        raise ReportError(f"{where}: 'seeds' must be a list of whole numbers")
     figures = {str(k): _text(data["figures"], k, f"{where}: figures", required=True)
                for k in _mapping(data, "figures", where)}
     limits = data.get("limitations") or []
@@ -235,10 +306,11 @@ def read_spec(folder: str | Path) -> Experiment:
     start = data.get("start_point")
     return Experiment(
         folder=folder, title=_text(data, "title", where, required=True),
-        question=_text(data, "question", where, required=True), arms=arms, baseline=baseline,
+        question=_text(data, "question", where, required=True), experiment=experiment,
+        arms=arms, baseline=baseline,
         seeds=tuple(seeds), table=_file(folder, table, f"{where}: table") if table else None,
         start_point=_file(folder, start, f"{where}: start_point") if start else None,
         settings=settings, hardware=hardware, figures=figures,
         tables=_tables(data, where, folder), values=_values(data, where, folder),
         answer=_text(data, "answer", where), interpretation=_text(data, "interpretation", where),
-        limitations=tuple(" ".join(x.split()) for x in limits))
+        limitations=tuple(" ".join(x.split()) for x in limits), planned=planned)

@@ -71,7 +71,8 @@ def _run_folders(folder: Path) -> list[Path]:
 def read_runs(exp: Experiment) -> pd.DataFrame:
     """Every run of the experiment in one tidy table with a ``run`` column (the run folder's
     name, or ``<arm> seed <n>`` for runs kept as one table). Refused in one line: no runs, a
-    run of a selector that is not an arm, an arm and seed twice."""
+    run of a selector that is not an arm, a run folder that is not one of the spec's runs
+    (``experiment:``) or not with its arm's selector and seed, an arm and seed twice."""
     try:
         if exp.table:
             table = read_run(exp.folder / exp.table)
@@ -87,6 +88,8 @@ def read_runs(exp: Experiment) -> pd.DataFrame:
     table = pd.concat(tables, ignore_index=True)
     seen: dict[tuple[str, int], str] = {}
     for (run, selector, seed), _ in table.groupby(["run", "selector", "seed"], sort=True):
+        if exp.planned and not exp.table:
+            _check_planned(exp, str(run), str(selector), int(seed))
         if selector not in exp.arm_names:
             raise ReportError(f"{exp.folder / str(run)}: selector {selector!r} is not an arm of "
                               f"experiment.yaml ({', '.join(exp.arm_names)})")
@@ -95,6 +98,18 @@ def read_runs(exp: Experiment) -> pd.DataFrame:
             raise ReportError(f"{exp.folder}: {selector} seed {seed} twice ({seen[key]}, {run})")
         seen[key] = str(run)
     return table
+
+
+def _check_planned(exp: Experiment, run: str, selector: str, seed: int) -> None:
+    """Refuse run folder ``run`` unless the spec plans it with this selector and seed."""
+    if run not in exp.planned:
+        raise ReportError(f"{exp.folder / run}: not a run of {exp.experiment} (its runs: "
+                          f"{', '.join(exp.planned)})")
+    if exp.planned[run] != (selector, seed):
+        want_selector, want_seed = exp.planned[run]
+        raise ReportError(f"{exp.folder / run}: ran selector {selector!r} with seed {seed}; "
+                          f"{exp.experiment} plans it as selector {want_selector!r} with seed "
+                          f"{want_seed}")
 
 
 #: Where a run's wall time comes from (:func:`wall_minutes`), as the page explains it.

@@ -26,7 +26,8 @@ two-panel figure of the reference (rollout accuracy left, eval accuracy right), 
 effective-task-ratio figure and the ETR/TTB/BSF summary of :mod:`mathagent.metrics`.
 
 The package's modules: :mod:`.runs` (reading runs), :mod:`.figures` (the figures, a start
-measured once, sources side by side), :mod:`.commands` (``plot``).
+measured once, sources side by side), :mod:`.spec` (an experiment spec: its arms, seeds and
+runs, read by the ``experiment`` command and the report), :mod:`.commands` (``plot``).
 """
 
 from mathagent.results.commands import plot_command, plot_parser

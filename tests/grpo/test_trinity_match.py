@@ -21,7 +21,7 @@ SPEC = paths.CONFIGS_DIR / "experiment_arithmetic.yaml"
 
 def experiment_args() -> dict[str, str]:
     """The overrides every run of the 40-step experiment gets (its spec's)."""
-    from mathagent.experiment.spec import load_spec
+    from mathagent.results.spec import load_spec
 
     return {k: str(v) for k, v in load_spec(SPEC).overrides.items()}
 

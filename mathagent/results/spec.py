@@ -16,6 +16,13 @@ Relative paths (``out``, the arms' configs, a model file or folder) resolve agai
 repository root, as the configs' own paths do. Every run is ``<arm>_seed<seed>``; its seed
 goes to the selector's and vLLM's sampling (:data:`SEED_KEYS`). A spec that cannot be used
 raises :class:`SpecError`, one line naming the file and the key at fault.
+
+The spec is the one home of an experiment's arms and seeds: ``python -m mathagent
+experiment`` runs it (:mod:`mathagent.experiment`), and the report of its output folder takes
+the arms and seeds from it (``experiment:`` in the folder's ``experiment.yaml``,
+:mod:`mathagent.report.spec`). An arm's runs report the selector its config names
+(:meth:`Spec.selectors`): the report's name for the arm. The module sits here, below both
+(the report may not import the experiment command), so that both read a spec the same way.
 """
 
 from __future__ import annotations
@@ -26,11 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from mathagent import paths
+from mathagent.results.runs import selector_label
 
 #: The keys a spec may hold; ``overrides`` and ``model`` are optional.
 KEYS = ("out", "arms", "seeds", "overrides", "model")
 #: Where a run's seed goes: the selector's draws and vLLM's sampling.
 SEED_KEYS = ("buffer.explorer_input.taskset.data_selector.seed", "explorer.rollout_model.seed")
+#: Where a config names its selector (``selector_type``; Trinity's default is random).
+SELECTOR_KEY = "buffer.explorer_input.taskset.data_selector.selector_type"
 #: The policy trained when a spec names none (``python -m mathagent models`` lists it).
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 _ARM = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -73,6 +83,18 @@ class Spec:
                     shared + tuple(f"{key}={seed}" for key in SEED_KEYS))
                 for arm, config in self.arms.items() for seed in self.seeds]
 
+    def setting(self, arm: str, key: str) -> Any:
+        """Dotted ``key`` as the runs of ``arm`` get it: the spec's override, else the arm's
+        config; None where neither sets it."""
+        if key in self.overrides:
+            return self.overrides[key]
+        return dotted(read_config(self.arms[arm]), key)
+
+    def selectors(self) -> dict[str, str]:
+        """Arm -> the selector name its runs report (``bots`` for the BOTSSelector path)."""
+        return {arm: selector_label(str(self.setting(arm, SELECTOR_KEY) or "random"))
+                for arm in self.arms}
+
 
 def override_text(value: Any) -> str:
     """A spec's override value as ``train`` reads it back (YAML): ``true``, ``null``, ``3``."""
@@ -83,9 +105,16 @@ def override_text(value: Any) -> str:
     return str(value)
 
 
-def _path(value: Any) -> Path:
+def repo_path(value: Any) -> Path:
+    """A path as a spec writes it: relative ones resolve against the repository root."""
     path = Path(str(value)).expanduser()
     return path if path.is_absolute() else paths.REPO_ROOT / path
+
+
+def repo_relative(path: Path) -> str:
+    """``path`` as a spec writes it: relative to the repository root where it is inside."""
+    return (str(path.relative_to(paths.REPO_ROOT)) if path.is_relative_to(paths.REPO_ROOT)
+            else str(path))
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -126,7 +155,7 @@ def load_spec(path: str | Path) -> Spec:
             raise bad(f"arms.{arm}", "an arm's name is lower-case letters, digits, _ and -")
         if not isinstance(config, str) or not config:
             raise bad(f"arms.{arm}", "the path of a Trinity config")
-        configs[arm] = _path(config)
+        configs[arm] = repo_path(config)
         if not configs[arm].is_file():
             raise bad(f"arms.{arm}", f"{config}: no such file")
 
@@ -154,11 +183,27 @@ def load_spec(path: str | Path) -> Spec:
     if not isinstance(model, str) or not model:
         raise bad("model", "a model name (python -m mathagent models), a .gguf file or a "
                            "Hugging Face folder")
-    return Spec(path=path, out=_path(raw["out"]), arms=configs, seeds=tuple(seeds),
+    return Spec(path=path, out=repo_path(raw["out"]), arms=configs, seeds=tuple(seeds),
                 overrides=dict(overrides), model=model)
 
 
-def _dotted(raw: Any, key: str) -> Any:
+def read_config(config: Path) -> dict:
+    """A Trinity config's YAML as a mapping; :class:`SpecError` names the file otherwise."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(config.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise SpecError(f"{config}: not a readable YAML config "
+                        f"({type(exc).__name__})") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{config}: not a mapping of Trinity keys")
+    return raw
+
+
+def dotted(raw: Any, key: str) -> Any:
+    """The value at dotted ``key`` of a loaded config (a list item by its index), None where
+    there is none."""
     for part in key.split("."):
         if isinstance(raw, list) and part.isdigit() and int(part) < len(raw):
             raw = raw[int(part)]
@@ -167,71 +212,3 @@ def _dotted(raw: Any, key: str) -> Any:
         else:
             return None
     return raw
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """What a run's config and overrides say of its length: ``steps`` trained, held-out
-    evaluations at ``eval_steps``."""
-
-    steps: int
-    eval_steps: tuple[int, ...]
-
-
-def schedule(run: Run) -> Schedule:
-    """The run's steps and evaluation steps, read from its YAML and overrides (no Trinity).
-
-    ``tune()`` writes the ``tuner:`` block's ``algorithm.eval_interval_steps`` over
-    ``explorer.eval_interval``; ``explorer.eval_on_startup`` (Trinity's default true) adds
-    step 0. Raises :class:`SpecError` when they set no ``buffer.total_steps`` of 1 or more.
-    """
-    import yaml
-
-    from mathagent.launch.config import ConfigError, parse_override
-
-    try:
-        raw = yaml.safe_load(run.config.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise SpecError(f"{run.config}: not a readable YAML config "
-                        f"({type(exc).__name__})") from None
-    if not isinstance(raw, dict):
-        raise SpecError(f"{run.config}: not a mapping of Trinity keys")
-    given = {}
-    for text in run.overrides:
-        try:
-            key, value = parse_override(text)
-        except ConfigError as exc:
-            raise SpecError(str(exc)) from None
-        given[key] = value
-
-    def value(*keys: str) -> Any:
-        """The first of ``keys`` set by an override or the YAML (an override first)."""
-        for key in keys:
-            if key in given:
-                return given[key]
-            found = _dotted(raw, key)
-            if found is not None:
-                return found
-        return None
-
-    steps = value("buffer.total_steps")
-    if not isinstance(steps, int) or steps < 1:
-        raise SpecError(f"buffer.total_steps is {steps!r} for {run.config.name} with the "
-                        "overrides: a run needs a whole number of steps >= 1")
-    interval = value("tuner.algorithm.eval_interval_steps", "explorer.eval_interval")
-    on_startup = value("explorer.eval_on_startup")
-    evals = [s for s in range(1, steps + 1) if isinstance(interval, int) and interval > 0
-             and s % interval == 0]
-    return Schedule(steps, tuple(([0] if on_startup is not False else []) + evals))
-
-
-def schedules(spec: Spec) -> dict[str, Schedule]:
-    """:func:`schedule` of every run of ``spec`` by name; :class:`SpecError` names the spec
-    and the arm whose settings fail."""
-    out = {}
-    for run in spec.runs():
-        try:
-            out[run.name] = schedule(run)
-        except SpecError as exc:
-            raise SpecError(f"{spec.path}: arms.{run.arm}: {exc}") from None
-    return out
