@@ -181,8 +181,14 @@ def model_file(name: str = DEFAULT_MODEL, verify: bool = False, progress: bool =
     matches is trusted unless ``verify``. Raises :class:`ModelError`.
     """
     entry = spec(name)
+    cached = cache_dir() / entry.name / entry.filename
     if entry.bundled:
-        path = part_path(entry.parts[0])
+        try:
+            path = part_path(entry.parts[0])
+        except ModelError:  # no package, but a copy in the cache (the offline GPU bundle's)
+            if not cached.is_file():
+                raise
+            path = cached
         if verify:
             _check_digest(entry, path, sha256_of(path), str(path))
         return path
