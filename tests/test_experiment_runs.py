@@ -184,3 +184,12 @@ def test_parallel_runs_are_refused_when_the_folders_peaks_do_not_fit(experiment,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--parallel 3: the folder's runs peaked at" in err
     assert "3 at once would not fit" in err and not e.work.exists()
+
+
+def test_progress_never_counts_past_the_last_step():
+    from mathagent.experiment.progress import Progress
+
+    progress = Progress("random_seed0", 3)
+    progress.feed(["Explore step 3 started", "Training at step 3 finished",
+                   "Explore step 4 started"])
+    assert "random_seed0: step 3 of 3, 3 trained" in progress.line()

@@ -117,7 +117,8 @@ class Progress:
         if self.explored == 0 and self.trained == 0 and self.evaluating is None:
             state = f"starting (0 of {self.steps} steps)"
         else:
-            state = f"step {max(self.explored, self.trained)} of {self.steps}, " \
+            # the explorer starts one step past the last before the run ends
+            state = f"step {min(max(self.explored, self.trained), self.steps)} of {self.steps}, " \
                     f"{self.trained} trained"
         if self.accuracy:
             step, value = self.accuracy
