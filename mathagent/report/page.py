@@ -208,6 +208,7 @@ def _tutorial_log(file: Path) -> tuple[list[str], list[list]]:
             rows[-1][3] += ("; " if rows[-1][3] else "") + m[1].split(":")[0]
     if not rows:
         raise ReportError(f"{file}: no summary of `python -m mathagent tutorial` in it")
+    rows.sort(key=lambda row: row[0])  # several summaries (commands run side by side)
     return ["notebook", "result", "seconds", "skipped here"], [r[:3] + [r[3] or "-"] for r in rows]
 
 
