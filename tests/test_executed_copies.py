@@ -24,7 +24,8 @@ def code_cells(path: Path) -> list[str]:
 def differences(notebook: Path, copy: Path) -> list[str]:
     """What differs between the code cells of ``notebook`` and of its executed ``copy``."""
     mine, theirs = code_cells(notebook), code_cells(copy)
-    found = [f"code cell {i}" for i, (a, b) in enumerate(zip(mine, theirs)) if a != b]
+    pairs = zip(mine, theirs, strict=False)  # a difference in length is reported below
+    found = [f"code cell {i}" for i, (a, b) in enumerate(pairs) if a != b]
     if len(mine) != len(theirs):
         found.append(f"{len(mine)} code cells in the notebook, {len(theirs)} in the copy")
     return found

@@ -16,9 +16,30 @@ from pathlib import Path
 from bounds import hang_bound
 
 from mathagent import paths
+from mathagent.models import DEFAULT_MODEL, MODELS
 
 GPU = paths.REPO_ROOT / "scripts" / "gpu"
 INSTALL = GPU / "install_bundle.sh"
+BUNDLED = MODELS[DEFAULT_MODEL]
+
+# Run after `source DEST/env.sh`: the model cache, where a module of the bundle's site/ comes
+# from, and the bundled model's file as mathagent.models finds it where its package is not
+# installed (the bundle does not carry it; this machine has it, so it is hidden here).
+PROBE = f"""
+import sys
+from importlib import metadata
+import pkg.good
+from mathagent import models
+real = metadata.distribution
+def without_package(name):
+    if name == {BUNDLED.parts[0].distribution!r}:
+        raise metadata.PackageNotFoundError(name)
+    return real(name)
+metadata.distribution = without_package
+print(models.cache_dir())
+print(sys.modules["pkg.good"].__file__)
+print(models.model_file({DEFAULT_MODEL!r}))
+"""
 
 
 def test_every_gpu_script_parses():
@@ -29,7 +50,8 @@ def test_every_gpu_script_parses():
 
 def make_parts(tmp_path: Path) -> Path:
     """Bundle parts as build_bundle.sh writes them: a site folder with one module that
-    compiles and one that does not, two console scripts, a model file in models/<name>/."""
+    compiles and one that does not, two console scripts, the model files in models/<name>/
+    (the bundled model's among them, under its registry file name)."""
     site = tmp_path / "build" / "site"
     (site / "pkg").mkdir(parents=True)
     (site / "pkg" / "good.py").write_text("x = 1\n")
@@ -40,6 +62,8 @@ def make_parts(tmp_path: Path) -> Path:
     inner = tmp_path / "build" / "b"
     (inner / "models" / "qwen2.5-coder-0.5b").mkdir(parents=True)
     (inner / "models" / "qwen2.5-coder-0.5b" / "model.gguf").write_text("gguf")
+    (inner / "models" / BUNDLED.name).mkdir()
+    (inner / "models" / BUNDLED.name / BUNDLED.filename).write_text("bundled gguf")
     subprocess.run(f"tar -cf - site | xz -1 > {inner}/site.tar.xz", shell=True, check=True,
                    cwd=tmp_path / "build")
     (inner / "PINS.txt").write_text("pkg==1\n")
@@ -80,16 +104,19 @@ def test_install_bundle_writes_the_bytecode_and_an_environment_that_finds_the_mo
     assert (dest / "site" / "bin" / "__pycache__").is_dir()
     assert done.stderr == ""   # the scripts' shebangs rewritten, the bytecode folder left alone
     assert not list(parts.glob("part??"))                     # removed once unpacked
+    (tmp_path / "probe.py").write_text(PROBE)
     said = subprocess.run(
-        ["bash", "-c", f"source {dest}/env.sh && {sys.executable} -c 'import pkg.good, sys; "
-         "from mathagent.models import cache_dir; print(cache_dir()); "
-         "print(sys.modules[\"pkg.good\"].__file__)'"],
+        ["bash", "-c", f"source {dest}/env.sh && {sys.executable} {tmp_path / 'probe.py'}"],
         capture_output=True, text=True, cwd=paths.REPO_ROOT, timeout=hang_bound(60),
         env={k: v for k, v in os.environ.items() if k != "MATHAGENT_MODEL_CACHE"})
     assert said.returncode == 0, said.stderr
-    cache, module = said.stdout.split()
+    cache, module, bundled = said.stdout.split()
     assert cache == str(dest / "models") and module == str(dest / "site" / "pkg" / "good.py")
     assert (Path(cache) / "qwen2.5-coder-0.5b" / "model.gguf").read_text() == "gguf"
+    assert bundled == str(dest / "models" / BUNDLED.name / BUNDLED.filename)
+    assert Path(bundled).read_text() == "bundled gguf"
+    assert sorted(p.name for p in dest.iterdir()) == [   # nothing at the top level but these
+        "PINS.txt", "compileall.log", "env.sh", "models", "site"]
 
 
 def test_install_bundle_refuses_missing_or_corrupt_parts_in_one_line(tmp_path):

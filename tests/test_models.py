@@ -154,6 +154,33 @@ def test_the_bundled_model_is_used_in_place_and_verifies():
     assert path.stat().st_size == MODELS[models.DEFAULT_MODEL].size
 
 
+def test_the_bundled_model_without_its_package_is_taken_from_the_model_cache(tmp_path,
+                                                                             monkeypatch):
+    """The offline GPU bundle carries the bundled model's file in the model cache
+    (``models/<name>/<file>``) but not its package. The package is installed on this
+    machine, so its absence is made by refusing its metadata lookup; the file is real."""
+    entry = MODELS[models.DEFAULT_MODEL]
+    installed = models.model_file(models.DEFAULT_MODEL)
+    package = entry.parts[0].distribution
+    real = models.metadata.distribution
+
+    def without_package(name):
+        if name == package:
+            raise models.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(models.metadata, "distribution", without_package)
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path))
+    with pytest.raises(ModelError, match=rf"^package {package} is not installed \(pip install "
+                                         rf"'{package}=={entry.parts[0].version}'\)$"):
+        models.model_file(models.DEFAULT_MODEL)
+    cached = tmp_path / entry.name / entry.filename
+    cached.parent.mkdir()
+    cached.write_bytes(installed.read_bytes())
+    assert models.model_file(models.DEFAULT_MODEL, verify=True) == cached
+    assert models.resolve_model(None) == cached
+
+
 @pytest.mark.slow
 def test_the_qwen_parts_assemble_into_the_published_file(tmp_path, monkeypatch):
     """The six installed packages give the 491,400,064-byte GGUF of the recorded digest

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import nbformat
 import pytest
 
@@ -38,6 +42,55 @@ def test_runner_collects_skips_and_names_the_failing_cell(tmp_path):
     summary = tutorial.format_summary(results, notebooks, out)
     assert "skipped: GPU launch: no GPU on this machine" in summary
     assert "03_never.ipynb" in summary and "not run" in summary
+
+
+@pytest.mark.parametrize("callers", [None, "/elsewhere", "/elsewhere{sep}{root}"])
+def test_the_kernels_get_the_repository_root_first_on_pythonpath(tmp_path, monkeypatch,
+                                                                  callers):
+    """What ``run_tutorial`` gives each notebook's kernel (``run_notebook`` is replaced by
+    a recorder of the environment here; the next test starts a real kernel)."""
+    root = str(paths.REPO_ROOT)
+    if callers is None:
+        monkeypatch.delenv("PYTHONPATH", raising=False)
+    else:
+        callers = callers.format(sep=os.pathsep, root=root)
+        monkeypatch.setenv("PYTHONPATH", callers)
+    seen = []
+
+    def record(path, out_dir, timeout=1800):
+        seen.append(os.environ["PYTHONPATH"])
+        return tutorial.NotebookResult(path.name, 0.0, True)
+
+    monkeypatch.setattr(tutorial, "run_notebook", record)
+    tutorial.run_tutorial([tmp_path / "01_a.ipynb", tmp_path / "02_b.ipynb"], tmp_path, True)
+    expected = [root] if callers is None else [root, "/elsewhere"]
+    assert [entry.split(os.pathsep) for entry in seen] == [expected, expected]
+    assert os.environ.get("PYTHONPATH") == callers  # the caller's value is back
+
+
+@pytest.mark.slow
+def test_a_kernel_outside_the_checkout_imports_this_checkouts_package(tmp_path, monkeypatch):
+    """A real kernel, started from a folder outside the repository with no ``PYTHONPATH`` of
+    the caller's, finds the repository root on ``sys.path`` and imports ``mathagent`` from
+    it. Where the package is also installed (this project's venv installs it in editable
+    mode, through an import hook rather than a ``sys.path`` entry), the root being on the
+    kernel's ``sys.path`` is what only the runner can have put there; the file the kernel
+    imported is this checkout's."""
+    assert not tmp_path.resolve().is_relative_to(paths.REPO_ROOT.resolve())
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    nb = _write_nb(tmp_path / "01_where.ipynb",
+                   "import json, sys, mathagent\n"
+                   "print(json.dumps([mathagent.__file__, sys.path]))")
+    out = tmp_path / "out"
+    out.mkdir()
+
+    [result] = tutorial.run_tutorial([nb], out, smoke=True)
+
+    assert result.ok, result.error
+    text = nbformat.read(out / nb.name, as_version=4).cells[0].outputs[0]["text"]
+    module_file, sys_path = json.loads(text)
+    assert str(paths.REPO_ROOT) in sys_path
+    assert Path(module_file).resolve() == (paths.REPO_ROOT / "mathagent" / "__init__.py").resolve()
 
 
 def test_figure_dir_follows_the_run_folder(tmp_path, monkeypatch):

@@ -5,8 +5,10 @@
 says why, starting nothing: an endpoint given (``MATHAGENT_BASE_URL``) first; else, on a
 machine with a CUDA GPU and vllm, a vLLM server (one already listening that
 ``MATHAGENT_VLLM_URL`` names, or one the package starts for the model folder in
-``TRINITY_MODEL_PATH``); else the bundled model on the local llama.cpp server.
-:func:`open_endpoint` then starts what the choice says and returns the settings to use.
+``TRINITY_MODEL_PATH``); else the bundled model on the local llama.cpp server, or, on a GPU
+machine without llama-cpp-python (the offline GPU bundle's), one error line saying how to make
+the folder vLLM serves. :func:`open_endpoint` then starts what the choice says and returns the
+settings to use.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from mathagent.models import MODELS, model_file
+from mathagent.models import DEFAULT_MODEL, MODELS, model_file
 from mathagent.serving.endpoint_settings import (
     ENV_BASE_URL,
     ENV_MODEL,
@@ -25,7 +27,7 @@ from mathagent.serving.endpoint_settings import (
     check_served_model,
 )
 from mathagent.serving.errors import EndpointError
-from mathagent.serving.server import LocalServer
+from mathagent.serving.server import LocalServer, llama_cpp_importable
 from mathagent.serving.vllm_server import VLLMServer, hf_folder, visible_gpus, vllm_importable
 
 #: A vLLM server already listening (base URL ending in /v1), chosen on a GPU machine.
@@ -101,14 +103,27 @@ class EndpointChoice:
 
 @dataclass(frozen=True)
 class Machine:
-    """What the choice asks of the machine: CUDA GPUs visible, vllm importable."""
+    """What the choice asks of the machine: CUDA GPUs visible, vllm importable,
+    llama-cpp-python (the local server) importable."""
 
     gpus: int
     vllm: bool
+    llama_cpp: bool
 
     @classmethod
     def here(cls) -> Machine:
-        return cls(gpus=visible_gpus(), vllm=vllm_importable())
+        return cls(gpus=visible_gpus(), vllm=vllm_importable(), llama_cpp=llama_cpp_importable())
+
+
+def _export_hint(model: str = DEFAULT_MODEL) -> str:
+    """The commands, run from the repository root, that write a Hugging Face folder of the
+    registry model ``model`` and point ``TRINITY_MODEL_PATH`` at it (an absolute path: the
+    notebooks' kernels run from ``notebooks/``)."""
+    folder, flag = "models/smollm2", ""
+    if model in MODELS and model != DEFAULT_MODEL:
+        folder, flag = f"models/{model}", f" --model {model}"
+    return (f"`python -m mathagent export-model {folder}{flag} && "
+            f"export {ENV_MODEL_FOLDER}=$PWD/{folder}`")
 
 
 def choose_endpoint(settings: ModelSettings | None = None, *, vllm_url: str | None = None,
@@ -121,7 +136,9 @@ def choose_endpoint(settings: ModelSettings | None = None, *, vllm_url: str | No
     listening at ``vllm_url`` (``MATHAGENT_VLLM_URL``), else one to start for the Hugging
     Face folder ``model_folder`` (``TRINITY_MODEL_PATH``), served under the folder's name;
     otherwise the named model (by default the bundled one) on the local llama.cpp server.
-    ``why`` says which setting or probe decided.
+    ``why`` says which setting or probe decided. Where that last choice meets a GPU machine
+    with vllm but without llama-cpp-python (the offline GPU bundle carries vLLM only), an
+    :class:`EndpointError` says in one line how to give vLLM a model folder.
     """
     settings = settings or ModelSettings.from_env()
     if settings.base_url:
@@ -149,10 +166,15 @@ def choose_endpoint(settings: ModelSettings | None = None, *, vllm_url: str | No
                               f"started here for {folder} ({ENV_MODEL_FOLDER})", folder)
     missing = (f"{ENV_MODEL_FOLDER}={folder} is not a Hugging Face model folder" if folder
                else f"{ENV_MODEL_FOLDER} is not set")
+    serves_it = (f"{_export_hint(settings.model)} (from the repository root) gives vLLM the "
+                 "model to serve")
+    if not machine.llama_cpp:
+        raise EndpointError(f"{machine.gpus} CUDA GPU(s) and vllm importable, but {missing} "
+                            f"and llama-cpp-python (the CPU server) is not installed: "
+                            f"{serves_it} (or give an endpoint in {ENV_BASE_URL})")
     return EndpointChoice(LLAMA_CPP, None, settings.model,
                           f"{machine.gpus} CUDA GPU(s) and vllm importable, but {missing} "
-                          "(`python -m mathagent export-model models/smollm2`, then "
-                          f"{ENV_MODEL_FOLDER}=models/smollm2 serves it with vLLM); {local}")
+                          f"({serves_it}); {local}")
 
 
 def open_endpoint(choice: EndpointChoice, settings: ModelSettings | None = None,

@@ -82,6 +82,12 @@ runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)
 """
 
 
+def llama_cpp_importable() -> bool:
+    """Whether llama-cpp-python, the local server's package, can be imported here (found, not
+    imported; the offline GPU bundle does not carry it)."""
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
 class LocalServer:
     """llama-cpp-python's OpenAI-compatible server for a GGUF model, as a context manager.
 
@@ -200,7 +206,7 @@ class LocalServer:
         model = self.model_path or bundled_gguf()
         if not Path(model).is_file():
             raise ServerStartError(f"model file {model} does not exist")
-        if importlib.util.find_spec("llama_cpp") is None:
+        if not llama_cpp_importable():
             raise ServerStartError("llama-cpp-python is not installed: "
                                    "pip install 'llama-cpp-python[server]==0.3.36'")
 

@@ -9,9 +9,11 @@
 # ($HAVE, default scripts/gpu/h200-image-packages.txt) and those scripts/gpu/bundle-drop.txt
 # leaves out; vllm's wheel trimmed of kernels the one-GPU path never loads (FlashAttention-2,
 # MoE, its Rust frontend, deep_gemm builds for other Pythons); all installed with --no-deps into
-# one folder and packed with xz; plus the bundled model's GGUF file and, under models/<name>/, the
-# GGUF file of each model named in $MODELS (default qwen2.5-coder-0.5b, the experiment's policy;
-# MODELS= for none), where `mathagent.models` finds it offline. Written to OUTDIR:
+# one folder and packed with xz; plus, under models/<name>/ (the layout of the model cache, where
+# `mathagent.models` finds a model offline), the GGUF file of the bundled model
+# smollm2-135m-instruct (the notebooks' default; its package is not carried) and of each model
+# named in $MODELS (default qwen2.5-coder-0.5b, the experiment's policy; MODELS= for none).
+# Written to OUTDIR:
 #   part00, part01, ...   at most $PART_MIB MiB each (default 40: one part and the
 #                         repository, about 14 MiB, travel to the GPU machine together)
 #   SHA256SUMS            checksums of every part and of the joined bundle.tar
@@ -23,7 +25,7 @@ PY=${PY:-3.12}; HAVE=${HAVE:-scripts/gpu/h200-image-packages.txt}; PART_MIB=${PA
 PYTHON=${PYTHON:-python3}; MODELS=${MODELS-qwen2.5-coder-0.5b}
 [ -e "$OUTDIR" ] && [ -n "$(ls -A "$OUTDIR" 2>/dev/null)" ] && [ -z "${FORCE:-}" ] && {
   echo "build_bundle.sh: $OUTDIR is not empty; set FORCE=1 to replace its contents" >&2; exit 2; }
-GGUF=$("$PYTHON" -c "from mathagent.grpo import locate_model; print(locate_model())")
+BUNDLED=$("$PYTHON" -c "from mathagent.models import DEFAULT_MODEL; print(DEFAULT_MODEL)")
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 PL=(--only-binary=:all: --python-version "$PY" --implementation cp --abi "cp${PY/./}"
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform linux_x86_64)
@@ -54,8 +56,7 @@ mkdir -p "$W/b"
 (cd "$W" && tar --exclude=site/xgrammar/lib/libxgrammar.a --exclude=site/ray/jars \
    --exclude=site/pycountry/locales --exclude='site/mistral_common/data/tekken_*.json' \
    -cf - site | xz -T0 -9 > b/site.tar.xz)
-cp "$GGUF" "$W/b/"
-for m in $MODELS; do   # the model's file as the model cache holds it (assembled once here)
+for m in $(printf '%s\n' "$BUNDLED" $MODELS | sort -u); do   # as the model cache holds them
   f=$("$PYTHON" -m mathagent models "$m" | sed -n 's/^file: //p')
   mkdir -p "$W/b/models/$m"; cp "$f" "$W/b/models/$m/"
 done

@@ -5,8 +5,9 @@
 #
 # PARTS_DIR holds part00, part01, ... and SHA256SUMS (copied there one call at a time if need
 # be). DEST receives site/ (the packages; put DEST/site on PYTHONPATH, DEST/site/bin on PATH),
-# the bundled model's GGUF file, models/ (the model files build_bundle.sh added, the model cache
-# of `mathagent.models`) and env.sh, which sets all three. The parts are removed once unpacked.
+# models/ (the model cache of `mathagent.models`, as models/<name>/<file>: the bundled
+# smollm2-135m-instruct's GGUF file and those of the models build_bundle.sh added) and env.sh,
+# which sets all three. The parts are removed once unpacked.
 set -euo pipefail
 PARTS=${1:?usage: install_bundle.sh PARTS_DIR DEST}; DEST=${2:?usage: install_bundle.sh PARTS_DIR DEST}
 t0=$(date +%s)

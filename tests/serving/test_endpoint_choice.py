@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 from bounds import hang_bound
 
-from mathagent import serving
+from mathagent import cli, serving
 from mathagent.serving import (
     EndpointChoice,
     EndpointError,
@@ -26,7 +26,7 @@ from mathagent.serving import (
     open_endpoint,
 )
 
-GPU = Machine(gpus=1, vllm=True)
+GPU = Machine(gpus=1, vllm=True, llama_cpp=True)
 
 
 @pytest.fixture(autouse=True)
@@ -90,9 +90,9 @@ def test_a_given_url_wins_even_on_a_gpu_machine(monkeypatch, model_folder, nothi
 
 
 @pytest.mark.parametrize("machine, words", [
-    (Machine(gpus=0, vllm=True), "no CUDA GPU"),
-    (Machine(gpus=0, vllm=False), "no CUDA GPU"),
-    (Machine(gpus=1, vllm=False), "vllm is not importable"),
+    (Machine(gpus=0, vllm=True, llama_cpp=True), "no CUDA GPU"),
+    (Machine(gpus=0, vllm=False, llama_cpp=True), "no CUDA GPU"),
+    (Machine(gpus=1, vllm=False, llama_cpp=True), "vllm is not importable"),
 ])
 def test_without_gpu_or_vllm_the_local_llama_cpp_server(monkeypatch, model_folder, machine,
                                                        words, nothing_starts):
@@ -134,6 +134,40 @@ def test_a_gpu_with_vllm_but_no_model_folder_falls_back_and_says_how(monkeypatch
     assert ("not a Hugging Face model folder" if folder else "is not set") in choice.why
 
 
+@pytest.mark.parametrize("folder", [None, "missing"])
+def test_a_gpu_with_vllm_but_no_model_folder_nor_llama_cpp_says_what_to_do(monkeypatch, tmp_path,
+                                                                          folder, nothing_starts):
+    """The offline GPU bundle carries vLLM but not llama-cpp-python: no fallback to a server
+    that cannot start, but one line with the commands that give vLLM a model folder."""
+    if folder:
+        monkeypatch.setenv("TRINITY_MODEL_PATH", str(tmp_path / folder))
+    bundle = Machine(gpus=1, vllm=True, llama_cpp=False)
+    with pytest.raises(EndpointError) as info:
+        choose_endpoint(machine=bundle)
+    said = str(info.value)
+    assert "\n" not in said and "llama-cpp-python (the CPU server) is not installed" in said
+    assert ("not a Hugging Face model folder" if folder else "TRINITY_MODEL_PATH is not set") in said
+    command = ("`python -m mathagent export-model models/smollm2 && "
+               "export TRINITY_MODEL_PATH=$PWD/models/smollm2` (from the repository root)")
+    assert command in said and "MATHAGENT_BASE_URL" in said
+    args = cli.build_parser("export-model").parse_args(["export-model", "models/smollm2"])
+    assert str(args.out) == "models/smollm2"  # the command it names is the real one
+    # another registry model is named in the command
+    with pytest.raises(EndpointError, match="export-model models/qwen2.5-coder-0.5b --model "
+                                            "qwen2.5-coder-0.5b && export TRINITY_MODEL_PATH="
+                                            r"\$PWD/models/qwen2.5-coder-0.5b`"):
+        choose_endpoint(ModelSettings(model="qwen2.5-coder-0.5b"), machine=bundle)
+
+
+def test_without_llama_cpp_a_model_folder_or_a_listening_server_still_serves(
+        monkeypatch, model_folder, nothing_starts):
+    bundle = Machine(gpus=1, vllm=True, llama_cpp=False)
+    monkeypatch.setenv("TRINITY_MODEL_PATH", str(model_folder))
+    assert choose_endpoint(machine=bundle).kind == "vllm"
+    monkeypatch.delenv("TRINITY_MODEL_PATH")
+    assert choose_endpoint(vllm_url="http://h:1/v1", machine=bundle).kind == "vllm"
+
+
 def test_the_probes_are_the_launch_preflights(monkeypatch):
     from mathagent.launch import machine_checks
 
@@ -141,7 +175,8 @@ def test_the_probes_are_the_launch_preflights(monkeypatch):
     assert machine_checks.vllm_importable is serving.vllm_importable
     monkeypatch.setattr(connection, "visible_gpus", lambda: 3)
     monkeypatch.setattr(connection, "vllm_importable", lambda: False)
-    assert Machine.here() == Machine(gpus=3, vllm=False)
+    monkeypatch.setattr(connection, "llama_cpp_importable", lambda: False)
+    assert Machine.here() == Machine(gpus=3, vllm=False, llama_cpp=False)
 
 
 def test_importing_the_package_starts_nothing():
