@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 import sys
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
