@@ -192,7 +192,7 @@ def model_file(name: str = DEFAULT_MODEL, verify: bool = False, progress: bool =
         if verify:
             _check_digest(entry, path, sha256_of(path), str(path))
         return path
-    target = cache_dir() / entry.name / entry.filename
+    target = cached
     where = f"the model cache {cache_dir()} (${CACHE_ENV} moves it)"
     if target.exists() and not target.is_file():
         raise ModelError(f"{target} is not a file: remove it, or set {CACHE_ENV} to another "

@@ -68,6 +68,15 @@ def scratch_dir(name: str) -> Path:
     return path
 
 
+def pythonpath_with_repo() -> str:
+    """``PYTHONPATH`` with the repository root first, then the caller's entries: for processes
+    (notebook kernels, Ray workers) that must import this checkout's ``mathagent`` from any
+    working directory, also where the package is not installed (the offline GPU machine)."""
+    root = str(REPO_ROOT)
+    entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e and e != root]
+    return os.pathsep.join([root, *entries])
+
+
 def smoke() -> bool:
     """True when ``MATHAGENT_SMOKE`` asks for the quick variant (tests and CI set it)."""
     return os.environ.get("MATHAGENT_SMOKE", "0").lower() not in ("", "0", "false", "no")

@@ -95,23 +95,11 @@ def _kernel_env(**values: str):
                 os.environ[k] = v
 
 
-def kernel_pythonpath() -> str:
-    """``PYTHONPATH`` for the kernels: the repository root first, then the caller's entries.
-
-    A kernel runs from its notebook's folder, so where the package is not installed (the
-    offline GPU machine runs it from the checkout) the kernel would not find ``mathagent``;
-    with the root first it imports this checkout's package wherever else one is installed.
-    """
-    entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
-    root = str(paths.REPO_ROOT)
-    return os.pathsep.join([root] + [e for e in entries if e != root])
-
-
 def run_tutorial(notebooks: list[Path], out_dir: Path, smoke: bool) -> list[NotebookResult]:
     """Run ``notebooks`` in order; stop at the first failure (later ones depend on it)."""
     results = []
     with _kernel_env(**{paths.RUN_DIR_ENV: str(out_dir), "MATHAGENT_SMOKE": "1" if smoke else "0",
-                        "PYTHONPATH": kernel_pythonpath()}):
+                        "PYTHONPATH": paths.pythonpath_with_repo()}):
         for i, nb in enumerate(notebooks, 1):
             print(f"[{i}/{len(notebooks)}] {nb.name} ...", flush=True)
             res = run_notebook(nb, out_dir)

@@ -443,9 +443,7 @@ def worker_runtime_env(checked_config: Any) -> dict[str, Any]:
     for name, value in os.environ.items():
         if name.startswith(("NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_")) or name in LEVER_ENVS:
             env.setdefault(name, value)
-    pythonpath = [str(paths.REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(
-        os.pathsep) if p and p != str(paths.REPO_ROOT)]
-    env["PYTHONPATH"] = os.pathsep.join(pythonpath)
+    env["PYTHONPATH"] = paths.pythonpath_with_repo()
     # Processes that workers start themselves (vLLM's engine workers) join Ray through an
     # implicit ray.init(), which finds only RAY_ADDRESS or a head recorded in Ray's default
     # session folder, and the heads started here keep theirs elsewhere; else they start an

@@ -8,7 +8,6 @@ a dispatcher (:class:`RayFanout`, :class:`_LocalDispatch`) has ``map_unordered(j
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -103,8 +102,7 @@ class RayFanout:
                     "logging_level": "ERROR"}
             if address == "local":
                 # Workers must import mathagent even when it is not pip-installed.
-                init["runtime_env"] = {"env_vars": {"PYTHONPATH": os.pathsep.join(
-                    p for p in (str(paths.REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}}
+                init["runtime_env"] = {"env_vars": {"PYTHONPATH": paths.pythonpath_with_repo()}}
                 init["num_cpus"] = num_cpus or max(2, len(factories))
             ray.init(**init)
             if address == "local":
