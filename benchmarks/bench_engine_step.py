@@ -2,7 +2,7 @@
 anchor, for runs with and without the speed levers.
 
     python benchmarks/bench_engine_step.py RUN_FOLDER... --anchor ANCHOR.json
-        [--labels NAME...] [--out benchmarks/bench_engine_step.md]
+        [--labels NAME...] [--out benchmarks/bench_engine_step.md] [--levers fast|varlen]
         [--same-learning FAST_RUN REFERENCE_RUN]
 
 Each RUN_FOLDER is a Trinity-RFT run laid out as the results folders are (event files under
@@ -53,20 +53,31 @@ PHASES: tuple[tuple[str, str, str | None], ...] = (
 MEMORY_TAGS = (("trainer allocator, GiB (max reserved)", "actor/perf/max_memory_reserved_gb"),
                ("trainer tensors, GiB (max allocated)", "actor/perf/max_memory_allocated_gb"))
 STARTUP = ("all workflow runners ready", "step 1 starts")
-#: The levers the "after" run turned on: (lever, its setting, the row it acts on). Each acts on
-#: one phase, so its effect is read from that row, before against after; the two of the update
-#: were turned on together, so their effect is one.
-LEVERS = (
-    ("micro-batches of 8 for the update (2 before) and no gradient checkpointing (the forward "
-     "recomputed in the backward before), together",
-     "trainer.trainer_config.actor.ppo_micro_batch_size_per_gpu=8 "
-     "trainer.trainer_config.model.enable_gradient_checkpointing=false", "trainer: actor update"),
-    ("micro-batches of 16 for the log-prob passes (4 before)",
-     "trainer.trainer_config.{ref,rollout}.log_prob_micro_batch_size_per_gpu=16",
-     "trainer: reference log-probs"),
-    ("weight sync through CUDA IPC handles (mathagent.compat trinity-ipc-sync; now on unless "
-     "MATHAGENT_IPC_SYNC=0)", "MATHAGENT_IPC_SYNC=1", "weight sync"),
-)
+#: The levers the "after" run turned on, by comparison (``--levers``): (lever, its setting, the
+#: row it acts on). Each acts on one phase, so its effect is read from that row, before against
+#: after; levers turned on together have one effect. ``fast``: the committed before and after
+#: (``base`` and ``fast``); ``varlen``: the fast settings padded (sdpa) and with padding
+#: removed, from ``benchmarks/engine_step_varlen.sh``.
+LEVER_SETS = {
+    "fast": (
+        ("micro-batches of 8 for the update (2 before) and no gradient checkpointing (the "
+         "forward recomputed in the backward before), together",
+         "trainer.trainer_config.actor.ppo_micro_batch_size_per_gpu=8 "
+         "trainer.trainer_config.model.enable_gradient_checkpointing=false",
+         "trainer: actor update"),
+        ("micro-batches of 16 for the log-prob passes (4 before)",
+         "trainer.trainer_config.{ref,rollout}.log_prob_micro_batch_size_per_gpu=16",
+         "trainer: reference log-probs"),
+        ("weight sync through CUDA IPC handles (mathagent.compat trinity-ipc-sync; now on unless "
+         "MATHAGENT_IPC_SYNC=0)", "MATHAGENT_IPC_SYNC=1", "weight sync"),
+    ),
+    "varlen": tuple(
+        (f"padding removed from the micro-batches of the {what}: mathagent's variable-length "
+         "attention (mathagent.compat transformers-varlen-attention) in place of sdpa over "
+         "sequences padded to the longest", "MATHAGENT_VARLEN_ATTN=1", row)
+        for what, row in (("reference log-prob pass", "trainer: reference log-probs"),
+                          ("actor's update", "trainer: actor update"))),
+}
 #: The goals of one run alone on one GPU at 16 x 8: (row, most allowed)
 GOALS = (("whole step (log: one explore start to the next)", 10.0),
          ("trainer: whole training step", 5.0), ("weight sync", 1.0),
@@ -113,11 +124,12 @@ def ratios(column: pd.Series, anchor: dict) -> pd.Series:
     return pd.Series(out)
 
 
-def lever_and_goal_tables(frame: pd.DataFrame) -> str:
-    """One row per lever (the first and last columns: before and after) and one per goal."""
+def lever_and_goal_tables(frame: pd.DataFrame, levers: str = "fast") -> str:
+    """One row per lever of ``LEVER_SETS[levers]`` (the first and last columns: before and
+    after) and one per goal."""
     before, after = frame.columns[0], frame.columns[-1]
     rows = [f"| lever | setting | acts on | {before} | {after} |", "| --- " * 5 + "|"]
-    for lever, setting, row in LEVERS:
+    for lever, setting, row in LEVER_SETS[levers]:
         rows.append(f"| {lever} | `{setting}` | {row} | {_fmt(frame.at[row, before])} | "
                     f"{_fmt(frame.at[row, after])} |")
     rows += ["", f"| goal | at most | {after} | met |", "| --- " * 4 + "|"]
@@ -127,7 +139,7 @@ def lever_and_goal_tables(frame: pd.DataFrame) -> str:
     return "\n".join(rows)
 
 
-def table(folders: list[Path], labels: list[str], anchor: dict) -> str:
+def table(folders: list[Path], labels: list[str], anchor: dict, levers: str = "fast") -> str:
     columns = {label: run_column(f) for label, f in zip(labels, folders, strict=True)}
     frame = pd.DataFrame(columns)
     lines = [f"| measure | {' | '.join(labels)} | "
@@ -139,7 +151,7 @@ def table(folders: list[Path], labels: list[str], anchor: dict) -> str:
         rcells = [_fmt(ratio_cols[lab].get(name, math.nan), "x") for lab in labels]
         lines.append(f"| {name} | {' | '.join(cells)} | {' | '.join(rcells)} |")
     if len(labels) > 1:
-        lines += ["", "### The levers and the goals", "", lever_and_goal_tables(frame)]
+        lines += ["", "### The levers and the goals", "", lever_and_goal_tables(frame, levers)]
     return "\n".join(lines)
 
 
@@ -236,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--same-learning", nargs=2, type=Path, metavar=("FAST", "REFERENCE"),
                         help="compare what a fast run learned with a reference run's")
     parser.add_argument("--figure", type=Path, help="where the same-learning figure goes")
+    parser.add_argument("--levers", choices=sorted(LEVER_SETS), default="fast",
+                        help="the levers the last run turned on against the first (default: "
+                             "fast, the committed before and after)")
     parser.add_argument("--eval-tasks", type=int, default=660,
                         help="held-out tasks per evaluation (for the bound; default 660)")
     args = parser.parse_args(argv)
@@ -255,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.anchor}: not an engine_anchor.py result ({exc})", file=sys.stderr)
         return 2
     try:
-        body = table(args.runs, labels, anchor)
+        body = table(args.runs, labels, anchor, args.levers)
         if args.same_learning:
             where = args.out.parent if args.out else Path(".")
             figure = args.figure or where / "same_learning.png"

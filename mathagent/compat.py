@@ -1,5 +1,5 @@
-"""Fixes for released upstream versions that stop a one-GPU Trinity-RFT run, and one opt-in
-start-up lever (``trinity-early-explorer``), applied at launch.
+"""Fixes for released upstream versions that stop a one-GPU Trinity-RFT run, and the levers
+(start-up and speed) that act on the same upstream code, applied at launch.
 
 Each :class:`Fix` names the upstream problem, the package and the exact released versions it
 is for. :func:`apply_all` applies the fixes the installed versions need and reports the others
@@ -44,6 +44,14 @@ The fixes:
   IPC handles of bfloat16 copies instead (:mod:`mathagent.ipc_weights`), on one GPU only. It
   is kept because it paid: ``benchmarks/bench_engine_step.md`` has the sync before and after,
   and a 16-step run with it beside the same run without.
+* ``transformers-varlen-attention`` (a speed lever, only with ``MATHAGENT_VARLEN_ATTN=1``):
+  flash-attn has no wheel, so the trainer runs ``sdpa`` over micro-batches padded to their
+  longest sequence. The lever registers :data:`VARLEN_ATTN_NAME` with transformers, an
+  attention that keeps to each sequence of a packed row (:mod:`mathagent.varlen_attention`,
+  PyTorch's own variable-length FlashAttention on the GPU); with it, ``train`` fills verl's
+  unset attention settings with that name and ``use_remove_padding: true``
+  (:mod:`mathagent.launch.attention`). Not yet measured in a run, so it stays off unless asked
+  for; ``benchmarks/engine_step_varlen.sh`` measures it.
 """
 
 from __future__ import annotations
@@ -323,8 +331,46 @@ def _apply_trinity_ipc_sync() -> bool:
     return _replace(fsdp_engine, "fsdp_upload_state_dict", fsdp_upload_state_dict)
 
 
+# --------------------------------------------------------------------------------------
+# transformers: an attention for verl's packed (padding-free) batches without flash-attn
+# --------------------------------------------------------------------------------------
+
+#: Set to 1 to apply ``transformers-varlen-attention`` (and let ``train`` choose it).
+VARLEN_ATTN_ENV = "MATHAGENT_VARLEN_ATTN"
+#: The ``attn_implementation`` the lever registers (no "flash" in it: transformers would then
+#: look for a flash-attn kernel of that name).
+VARLEN_ATTN_NAME = "mathagent_varlen"
+#: The transformers releases the lever was checked with: the lock's, and the GPU image's.
+VARLEN_ATTN_TRANSFORMERS = ("5.17.0", "5.24.0")
+
+
+def _varlen_attention_unwanted() -> str | None:
+    if os.environ.get(VARLEN_ATTN_ENV) != "1":
+        return f"a speed lever, applied only with {VARLEN_ATTN_ENV}=1"
+    return None
+
+
+def _apply_varlen_attention() -> bool:
+    from mathagent import varlen_attention
+
+    return varlen_attention.register()
+
+
+def varlen_attention_misfit() -> str | None:
+    """Why a run launched from this process now could not use :data:`VARLEN_ATTN_NAME`,
+    or None: the lever registers it in every process of the run only when it is on, and only
+    for the transformers releases it was checked with."""
+    if os.environ.get(VARLEN_ATTN_ENV) != "1":
+        return f"it is registered only with {VARLEN_ATTN_ENV}=1"
+    have = installed_version("transformers")
+    if have not in VARLEN_ATTN_TRANSFORMERS:
+        return (f"transformers {have} is not a release it was checked with "
+                f"({', '.join(VARLEN_ATTN_TRANSFORMERS)})")
+    return None
+
+
 #: The environment variables that turn the levers on; ``train`` passes them to every Ray worker.
-LEVER_ENVS = (EARLY_EXPLORER_ENV, IPC_SYNC_ENV)
+LEVER_ENVS = (EARLY_EXPLORER_ENV, IPC_SYNC_ENV, VARLEN_ATTN_ENV)
 
 FIXES: tuple[Fix, ...] = (
     Fix(name="trinity-colocate", package="trinity-rft", versions=("0.6.0",),
@@ -349,6 +395,14 @@ FIXES: tuple[Fix, ...] = (
         summary="speed lever: the trainer sends CUDA IPC handles of its bfloat16 weights",
         module="trinity.trainer.verl.fsdp_engine", apply=_apply_trinity_ipc_sync,
         condition=_ipc_sync_unwanted),
+    Fix(name="transformers-varlen-attention", package="transformers",
+        versions=VARLEN_ATTN_TRANSFORMERS,
+        upstream="flash-attn has no wheel; verl 0.8.0's use_remove_padding path needs a "
+                 "variable-length attention (transformers' flash_attention_2 imports flash-attn)",
+        summary=f"speed lever: attn_implementation {VARLEN_ATTN_NAME!r} attends within each "
+                "sequence of a packed row (PyTorch's varlen_attn on the GPU)",
+        module="transformers.modeling_utils", apply=_apply_varlen_attention,
+        condition=_varlen_attention_unwanted),
 )
 
 

@@ -132,7 +132,9 @@ def test_other_versions_and_missing_packages_are_skipped_untouched():
                              "verl-bert-padding": ["skipped", "verl is not installed"],
                              "trinity-early-explorer": ["skipped",
                                                         "trinity-rft is not installed"],
-                             "trinity-ipc-sync": ["skipped", "trinity-rft is not installed"]}
+                             "trinity-ipc-sync": ["skipped", "trinity-rft is not installed"],
+                             "transformers-varlen-attention": ["skipped",
+                                                               "transformers is not installed"]}
     assert out["untouched"] == [True, True]
     assert out["marked"] == [False, False]
 
