@@ -66,6 +66,8 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from mathagent.runner_slots import SLOTS_ENV
+
 #: The dotted path Ray imports in each worker process (``runtime_env`` of the driver).
 WORKER_SETUP_HOOK = "mathagent.compat.worker_setup"
 
@@ -369,8 +371,29 @@ def varlen_attention_misfit() -> str | None:
     return None
 
 
+# --------------------------------------------------------------------------------------
+# trinity-rft 0.6.0: a workflow runner takes one task at a time (a lever for evaluation)
+# --------------------------------------------------------------------------------------
+
+
+def _runner_slots_unwanted() -> str | None:
+    from mathagent.runner_slots import slots
+
+    if slots() < 2:
+        return f"a speed lever, applied only with {SLOTS_ENV}=K for K of 2 or more"
+    return None
+
+
+def _apply_runner_slots() -> bool:
+    from trinity.explorer import scheduler
+
+    from mathagent import runner_slots
+
+    return runner_slots.install(scheduler)
+
+
 #: The environment variables that turn the levers on; ``train`` passes them to every Ray worker.
-LEVER_ENVS = (EARLY_EXPLORER_ENV, IPC_SYNC_ENV, VARLEN_ATTN_ENV)
+LEVER_ENVS = (EARLY_EXPLORER_ENV, IPC_SYNC_ENV, VARLEN_ATTN_ENV, SLOTS_ENV)
 
 FIXES: tuple[Fix, ...] = (
     Fix(name="trinity-colocate", package="trinity-rft", versions=("0.6.0",),
@@ -403,6 +426,13 @@ FIXES: tuple[Fix, ...] = (
                 "sequence of a packed row (PyTorch's varlen_attn on the GPU)",
         module="transformers.modeling_utils", apply=_apply_varlen_attention,
         condition=_varlen_attention_unwanted),
+    Fix(name="trinity-runner-slots", package="trinity-rft", versions=("0.6.0",),
+        upstream="Trinity-RFT 0.6.0 explorer/scheduler.py: one task per workflow runner at a "
+                 "time, runner_per_model capped at the batch size in asynchronous mode",
+        summary="speed lever: each workflow runner takes MATHAGENT_RUNNER_SLOTS tasks at once "
+                "(mathagent.runner_slots)",
+        module="trinity.explorer.scheduler", apply=_apply_runner_slots,
+        condition=_runner_slots_unwanted),
 )
 
 

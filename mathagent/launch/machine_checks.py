@@ -8,6 +8,7 @@ wrong (naming the setting at fault) and, in a dry run, what the launch machine m
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -120,7 +121,9 @@ TESTED_VERSIONS = {"trinity-rft": "0.6.0", "verl": "0.8.0", "agentscope": "1.0.2
 
 
 def check_versions(config: Any, result: Preflight) -> None:
-    """Upstream versions against the tested ones; the colocate fix's version gate."""
+    """Upstream versions against the tested ones; the colocate fix's version gate; the
+    runner-slots lever's setting."""
+    from mathagent import runner_slots
     from mathagent.compat import installed_version
 
     found = {name: installed_version(name) for name in TESTED_VERSIONS}
@@ -129,6 +132,9 @@ def check_versions(config: Any, result: Preflight) -> None:
     if off:
         result.notes.append("versions differ from the tested set: " + ", ".join(off))
     trinity = found["trinity-rft"]
+    slots_problem = runner_slots.slots_problem(os.environ.get(runner_slots.SLOTS_ENV))
+    if slots_problem:
+        result.problems.append(slots_problem)
     if config.mode == "colocate" and trinity not in (None, "0.6.0"):
         result.notes.append(
             f"mode colocate: the fix for Trinity-RFT#602 (one-GPU deadlock) is for 0.6.0 and is "
