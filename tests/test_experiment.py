@@ -87,6 +87,16 @@ def test_the_60_step_spec_plans_the_longer_runs_with_the_fast_settings(tmp_path)
     assert verl.ref.log_prob_micro_batch_size_per_gpu == 16
     assert verl.rollout.log_prob_micro_batch_size_per_gpu == 16
     assert verl.model.enable_gradient_checkpointing is False
+    # vLLM's batch grows with the runners' slots; the configs' fixed KV cache is kept
+    engine = plan.config.explorer.rollout_model.extra_engine_args
+    assert engine["max_num_seqs"] == 256 and engine["kv_cache_memory_bytes"] == 4 * 2**30
+    # the levers reach every run's head and `train` (so every Ray worker of the run)
+    from mathagent.experiment.runner import run_env
+
+    env = run_env(run, tmp_path, tmp_path / "model")
+    assert env["MATHAGENT_VARLEN_ATTN"] == "1" and env["MATHAGENT_RUNNER_SLOTS"] == "4"
+    assert "MATHAGENT_VARLEN_ATTN" not in run_env(load_spec(SHORT).runs()[0], tmp_path,
+                                                   tmp_path / "model")
 
 
 def write_spec(folder: Path, text: str) -> Path:
@@ -125,7 +135,13 @@ seeds: [0]
 
 
 @pytest.mark.parametrize("text, says", [
-    ("- a list", "a spec is a mapping of out, arms, seeds, overrides, model"),
+    ("- a list", "a spec is a mapping of out, arms, seeds, overrides, env, model"),
+    ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\n"
+     "env: {HOME: /tmp}", "env.HOME: not a lever of mathagent.compat (MATHAGENT_"),
+    ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\n"
+     "env: {MATHAGENT_VARLEN_ATTN: [1]}", "env.MATHAGENT_VARLEN_ATTN: one value"),
+    ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\nenv: [1]",
+     "env: a mapping of lever variables"),
     ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\nsteps: 3",
      "steps: unknown key"),
     ("out: x\narms: {random: configs/config_random_qwen.yaml}", "seeds: missing"),

@@ -206,8 +206,8 @@ def first_runs(spec: Spec) -> dict[str, Run]:
 
 
 def preflight_arms(spec: Spec, model: str | None) -> int:
-    """``train --dry-run`` of each arm (its first seed's settings); one line per arm, and the
-    problems of an arm that fails. Returns 0 when every arm passes."""
+    """``train --dry-run`` of each arm (its first seed's settings and the spec's levers); one
+    line per arm, and the problems of an arm that fails. Returns 0 when every arm passes."""
     env = dict(os.environ)
     folder = existing_model_folder(model or spec.model)
     if folder is not None:
@@ -219,8 +219,8 @@ def preflight_arms(spec: Spec, model: str | None) -> int:
     for arm, run in first_runs(spec).items():
         cmd = [sys.executable, "-m", "mathagent", "train", "--config", str(run.config),
                "--compare", "none", "--dry-run", *run.overrides]
-        done = subprocess.run(cmd, cwd=paths.REPO_ROOT, env=env, capture_output=True,
-                              text=True)
+        done = subprocess.run(cmd, cwd=paths.REPO_ROOT, env={**env, **dict(run.env)},
+                              capture_output=True, text=True)
         if done.returncode == 0:
             print(f"Preflight {arm}: passed ({run.config.name} with the spec's overrides)")
             continue

@@ -52,8 +52,9 @@ GPU_APPS = "gpu_apps.csv"
 
 
 def run_env(run: Run, folder: Path, model: Path) -> dict[str, str]:
-    """The variables of ``run``'s head and ``train`` (on top of this process's)."""
-    return {**RUN_ENV, RUN_LABEL: run.name, "MATHAGENT_RUNS": str(folder / "runs"),
+    """The variables of ``run``'s head and ``train`` (on top of this process's): the spec's
+    levers (its ``env``) among them."""
+    return {**RUN_ENV, **dict(run.env), RUN_LABEL: run.name, "MATHAGENT_RUNS": str(folder / "runs"),
             "TRINITY_CHECKPOINT_ROOT_DIR": str(folder / "ckpt"),
             "TRINITY_MODEL_PATH": str(model), "VLLM_CACHE_ROOT": str(folder / "vllm_cache")}
 

@@ -11,6 +11,8 @@ model and the output folder, read from a small YAML file.
     seeds: [0, 1, 2]
     overrides:                      # optional: dotted Trinity keys, shared by every run
       buffer.total_steps: 16
+    env:                            # optional: mathagent.compat's levers, for every run
+      MATHAGENT_VARLEN_ATTN: 1
 
 Relative paths (``out``, the arms' configs, a model file or folder) resolve against the
 repository root, as the configs' own paths do. Every run is ``<arm>_seed<seed>``; its seed
@@ -35,8 +37,8 @@ from typing import Any
 from mathagent import paths
 from mathagent.results.runs import selector_label
 
-#: The keys a spec may hold; ``overrides`` and ``model`` are optional.
-KEYS = ("out", "arms", "seeds", "overrides", "model")
+#: The keys a spec may hold; ``overrides``, ``env`` and ``model`` are optional.
+KEYS = ("out", "arms", "seeds", "overrides", "env", "model")
 #: Where a run's seed goes: the selector's draws and vLLM's sampling.
 SEED_KEYS = ("buffer.explorer_input.taskset.data_selector.seed", "explorer.rollout_model.seed")
 #: Where a config names its selector (``selector_type``; Trinity's default is random).
@@ -60,6 +62,7 @@ class Run:
     seed: int
     config: Path
     overrides: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()  # the spec's levers: (variable, value)
 
     @property
     def name(self) -> str:
@@ -76,11 +79,13 @@ class Spec:
     seeds: tuple[int, ...]
     overrides: dict[str, Any]
     model: str
+    env: dict[str, str] | None = None
 
     def runs(self) -> list[Run]:
         shared = tuple(f"{k}={override_text(v)}" for k, v in self.overrides.items())
+        env = tuple(sorted((self.env or {}).items()))
         return [Run(arm, seed, config,
-                    shared + tuple(f"{key}={seed}" for key in SEED_KEYS))
+                    shared + tuple(f"{key}={seed}" for key in SEED_KEYS), env)
                 for arm, config in self.arms.items() for seed in self.seeds]
 
     def setting(self, arm: str, key: str) -> Any:
@@ -179,12 +184,24 @@ def load_spec(path: str | Path) -> Spec:
         if isinstance(value, (dict, list)):
             raise bad(f"overrides.{key}", "one value (a number, string, true/false or null)")
 
+    env = raw.get("env") or {}
+    if not isinstance(env, dict):
+        raise bad("env", "a mapping of lever variables to values, e.g. MATHAGENT_VARLEN_ATTN: 1")
+    from mathagent.compat import LEVER_ENVS
+
+    for key, value in env.items():
+        if key not in LEVER_ENVS:
+            raise bad(f"env.{key}", f"not a lever of mathagent.compat ({', '.join(LEVER_ENVS)})")
+        if isinstance(value, (dict, list)) or value is None:
+            raise bad(f"env.{key}", "one value, e.g. 1")
+
     model = raw.get("model", DEFAULT_MODEL)
     if not isinstance(model, str) or not model:
         raise bad("model", "a model name (python -m mathagent models), a .gguf file or a "
                            "Hugging Face folder")
     return Spec(path=path, out=repo_path(raw["out"]), arms=configs, seeds=tuple(seeds),
-                overrides=dict(overrides), model=model)
+                overrides=dict(overrides), model=model,
+                env={k: override_text(v) for k, v in env.items()})
 
 
 def read_config(config: Path) -> dict:
