@@ -10,9 +10,9 @@ many sequences at once. More runner processes would lift that, at the cost of on
 importing torch, transformers and vLLM each.
 
 With ``MATHAGENT_RUNNER_SLOTS=K`` (K >= 2) each runner takes up to K tasks at once instead:
-the scheduler lists each runner under K ids (the runner's own and K - 1 aliases), so its
-idle set holds K entries per runner and it hands the runner a new task whenever one of them
-is free. A runner is a Ray async actor, and in this mode it already runs a task's replies
+the scheduler lists each runner under K ids (the runner's own and K - 1 aliases, each a
+:class:`Slot`), so its idle set holds K entries per runner and it hands the runner a new task
+whenever one of them is free. A runner is a Ray async actor, and in this mode it already runs a task's replies
 side by side, each in its own workflow instance, so K tasks on it run the same way.
 Restarting a runner restarts the one actor behind all its ids once, however many of its
 tasks asked for it. Training is unchanged (16 tasks fit the 16 runners' first ids); vLLM's
@@ -54,6 +54,22 @@ def alias_ids(runner_id: int, runner_num: int, k: int) -> list[int]:
     return [runner_id + j * runner_num for j in range(1, k)]
 
 
+class Slot:
+    """A runner's wrapper under one of its alias ids: everything is the wrapper's (its actor,
+    state, restart), except that a finished task names the alias, which the scheduler then
+    marks idle again (the wrapper would name the runner's own id)."""
+
+    def __init__(self, wrapper, runner_id: int) -> None:
+        self.wrapper, self.runner_id = wrapper, runner_id
+
+    def __getattr__(self, name: str):
+        return getattr(self.wrapper, name)
+
+    async def run_with_retry(self, *args, **kwargs):
+        status, payload, _, seconds = await self.wrapper.run_with_retry(*args, **kwargs)
+        return status, payload, self.runner_id, seconds
+
+
 def install(scheduler_module) -> bool:
     """Patch ``Scheduler._create_runner`` (register the aliases) and
     ``RunnerWrapper.restart_runner`` (one restart for all of a runner's ids) in Trinity's
@@ -68,7 +84,7 @@ def install(scheduler_module) -> bool:
     async def _create_runner(self, runner_id: int):
         await create(self, runner_id)
         for alias in alias_ids(runner_id, self.runner_num, slots()):
-            self.runners[alias] = self.runners[runner_id]
+            self.runners[alias] = Slot(self.runners[runner_id], alias)
             self.idle_runners.add(alias)
 
     async def restart_runner(self):
