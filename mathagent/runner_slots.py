@@ -12,8 +12,10 @@ importing torch, transformers and vLLM each.
 With ``MATHAGENT_RUNNER_SLOTS=K`` (K >= 2) each runner takes up to K tasks at once instead:
 the scheduler lists each runner under K ids (the runner's own and K - 1 aliases), so its
 idle set holds K entries per runner and it hands the runner a new task whenever one of them
-is free. A runner is a Ray async actor, and in this mode it already runs a task's replies
-side by side, each in its own workflow instance, so K tasks on it run the same way.
+is free. The scheduler frees the id that a finished task's result names, so an alias's
+results name the alias (:class:`_Slot`), not the runner's own id. A runner is a Ray async
+actor, and in this mode it already runs a task's replies side by side, each in its own
+workflow instance, so K tasks on it run the same way.
 Restarting a runner restarts the one actor behind all its ids once, however many of its
 tasks asked for it. Training is unchanged (16 tasks fit the 16 runners' first ids); vLLM's
 ``max_num_seqs`` (128 by default in Trinity's engine) must grow with K for it to pay
@@ -54,6 +56,22 @@ def alias_ids(runner_id: int, runner_num: int, k: int) -> list[int]:
     return [runner_id + j * runner_num for j in range(1, k)]
 
 
+class _Slot:
+    """A runner's wrapper under one of its aliases: everything is the wrapper's (its actor,
+    its state, its one restart), except that a task's result names the alias it ran under,
+    which Trinity's ``task_done_callback`` then puts back in the idle set."""
+
+    def __init__(self, wrapper, slot_id: int) -> None:
+        self.wrapper, self.slot_id = wrapper, slot_id
+
+    def __getattr__(self, name: str):
+        return getattr(self.wrapper, name)
+
+    async def run_with_retry(self, *args, **kwargs):
+        status, payload, _, seconds = await self.wrapper.run_with_retry(*args, **kwargs)
+        return status, payload, self.slot_id, seconds
+
+
 def install(scheduler_module) -> bool:
     """Patch ``Scheduler._create_runner`` (register the aliases) and
     ``RunnerWrapper.restart_runner`` (one restart for all of a runner's ids) in Trinity's
@@ -68,7 +86,7 @@ def install(scheduler_module) -> bool:
     async def _create_runner(self, runner_id: int):
         await create(self, runner_id)
         for alias in alias_ids(runner_id, self.runner_num, slots()):
-            self.runners[alias] = self.runners[runner_id]
+            self.runners[alias] = _Slot(self.runners[runner_id], alias)
             self.idle_runners.add(alias)
 
     async def restart_runner(self):
