@@ -38,7 +38,8 @@ def slots_problem(value: str | None) -> str | None:
     """Why ``value`` (the variable's text) is not a number of slots, or None."""
     if value is None:
         return None
-    if not value.strip().isdigit() or int(value) < 1:
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:  # "²".isdigit() too
         return f"{SLOTS_ENV}={value!r} is not a whole number of tasks a runner takes at once (1 or more)"
     return None
 

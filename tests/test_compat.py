@@ -134,7 +134,9 @@ def test_other_versions_and_missing_packages_are_skipped_untouched():
                                                         "trinity-rft is not installed"],
                              "trinity-ipc-sync": ["skipped", "trinity-rft is not installed"],
                              "transformers-varlen-attention": ["skipped",
-                                                               "transformers is not installed"]}
+                                                               "transformers is not installed"],
+                             "trinity-runner-slots": ["skipped",
+                                                      "trinity-rft is not installed"]}
     assert out["untouched"] == [True, True]
     assert out["marked"] == [False, False]
 
