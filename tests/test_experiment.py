@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import shutil
 import subprocess
@@ -97,6 +98,14 @@ def test_the_60_step_spec_plans_the_longer_runs_with_the_fast_settings(tmp_path)
     assert env["MATHAGENT_VARLEN_ATTN"] == "1" and env["MATHAGENT_RUNNER_SLOTS"] == "4"
     assert "MATHAGENT_VARLEN_ATTN" not in run_env(load_spec(SHORT).runs()[0], tmp_path,
                                                    tmp_path / "model")
+    # and the plan says so
+    from mathagent.experiment.commands import print_plan
+    from mathagent.experiment.schedule import schedules
+
+    with contextlib.redirect_stdout(io.StringIO()) as shown:
+        print_plan(spec, plans.plan(spec, tmp_path), schedules(spec), tmp_path)
+    assert ("Levers of every run (mathagent.compat): MATHAGENT_RUNNER_SLOTS=4, "
+            "MATHAGENT_VARLEN_ATTN=1") in shown.getvalue()
 
 
 def write_spec(folder: Path, text: str) -> Path:

@@ -162,6 +162,9 @@ def print_plan(spec: Spec, planned: list[Planned], schedules: dict, timed: Path)
     print(f"Experiment {_rel(spec.path)} -> {_rel(spec.out)}: {len(spec.arms)} arm(s) "
           f"({', '.join(spec.arms)}) x seeds {', '.join(map(str, spec.seeds))}, "
           f"{'/'.join(map(str, steps))} steps a run")
+    if spec.env:
+        print("Levers of every run (mathagent.compat): "
+              + ", ".join(f"{k}={v}" for k, v in sorted(spec.env.items())))
     total, unknown = 0.0, []
     for p in planned:
         evals = ", ".join(map(str, schedules[p.run.name].eval_steps))
