@@ -72,7 +72,7 @@ def test_overrides_set_the_steps_and_evaluations_of_every_run():
 
 def test_the_60_step_spec_plans_the_longer_runs_with_the_fast_settings(tmp_path):
     spec = load_spec(paths.CONFIGS_DIR / "experiment_qwen_60steps.yaml")
-    assert [r.name for r in spec.runs()] == ["random_seed0", "bots_seed0"]
+    assert [r.name for r in spec.runs()] == ["bots_seed0", "random_seed0"]
     for run in spec.runs():
         assert schedule(run).steps == 60
         assert schedule(run).eval_steps == (0, 10, 20, 30, 40, 50, 60)
