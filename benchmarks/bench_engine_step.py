@@ -57,7 +57,8 @@ STARTUP = ("all workflow runners ready", "step 1 starts")
 #: row it acts on). Each acts on one phase, so its effect is read from that row, before against
 #: after; levers turned on together have one effect. ``fast``: the committed before and after
 #: (``base`` and ``fast``); ``varlen``: the fast settings padded (sdpa) and with padding
-#: removed, from ``benchmarks/engine_step_varlen.sh``.
+#: removed, from ``benchmarks/engine_step_varlen.sh``; ``levers``: the fast run against
+#: ``spec_levers.yaml``'s, padding removed and evaluation batched.
 LEVER_SETS = {
     "fast": (
         ("micro-batches of 8 for the update (2 before) and no gradient checkpointing (the "
@@ -77,6 +78,16 @@ LEVER_SETS = {
          "sequences padded to the longest", "MATHAGENT_VARLEN_ATTN=1", row)
         for what, row in (("reference log-prob pass", "trainer: reference log-probs"),
                           ("actor's update", "trainer: actor update"))),
+    "levers": (
+        ("padding removed (mathagent's variable-length attention, mathagent.compat "
+         "transformers-varlen-attention) from the reference log-prob pass",
+         "MATHAGENT_VARLEN_ATTN=1", "trainer: reference log-probs"),
+        ("the same, from the actor's update", "MATHAGENT_VARLEN_ATTN=1", "trainer: actor update"),
+        ("4 tasks at once on each workflow runner (mathagent.compat trinity-runner-slots) and "
+         "vLLM batches of up to 256 sequences, together",
+         "MATHAGENT_RUNNER_SLOTS=4 explorer.rollout_model.extra_engine_args.max_num_seqs=256",
+         "held-out evaluation (660 x 4)"),
+    ),
 }
 #: The goals of one run alone on one GPU at 16 x 8: (row, most allowed)
 GOALS = (("whole step (log: one explore start to the next)", 10.0),
