@@ -72,7 +72,7 @@ def test_overrides_set_the_steps_and_evaluations_of_every_run():
 
 def test_the_60_step_spec_plans_the_longer_runs_with_the_fast_settings(tmp_path):
     spec = load_spec(paths.CONFIGS_DIR / "experiment_qwen_60steps.yaml")
-    assert [r.name for r in spec.runs()] == ["bots_seed0", "random_seed0"]
+    assert [r.name for r in spec.runs()] == ["random_seed0", "bots_seed0"]
     for run in spec.runs():
         assert schedule(run).steps == 60
         assert schedule(run).eval_steps == (0, 10, 20, 30, 40, 50, 60)
@@ -147,6 +147,9 @@ seeds: [0]
     ("- a list", "a spec is a mapping of out, arms, seeds, overrides, env, model"),
     ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\n"
      "env: {HOME: /tmp}", "env.HOME: not a lever of mathagent.compat (MATHAGENT_"),
+    ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\n"
+     "env: {MATHAGENT_FAST: 1}", "env.MATHAGENT_FAST: not a lever of mathagent.compat ("
+     "MATHAGENT_EARLY_EXPLORER, "),
     ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\n"
      "env: {MATHAGENT_VARLEN_ATTN: [1]}", "env.MATHAGENT_VARLEN_ATTN: one value"),
     ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\nenv: [1]",

@@ -74,6 +74,7 @@ def experiment_parser(parser: argparse.ArgumentParser) -> None:
 def experiment_command(args: argparse.Namespace) -> int:
     try:
         spec = load_spec(args.spec)
+        check_levers(spec)
         schedules = spec_schedules(spec)
         measured = spec.out
         if args.out is not None:
@@ -198,6 +199,16 @@ def print_plan(spec: Spec, planned: list[Planned], schedules: dict, timed: Path)
         print("One more run would take about " + ", ".join(
             f"{arm} {guess.minutes:.1f} min" for arm, guess in per_arm.items())
             + f" (medians of the runs of that arm in {_rel(timed)})")
+
+
+def check_levers(spec: Spec) -> None:
+    """Every variable of the spec's ``env`` turns a lever of :mod:`mathagent.compat` on."""
+    from mathagent.compat import LEVER_ENVS
+
+    for key in spec.env or {}:
+        if key not in LEVER_ENVS:
+            raise SpecError(f"{spec.path}: env.{key}: not a lever of mathagent.compat "
+                            f"({', '.join(LEVER_ENVS)})")
 
 
 def first_runs(spec: Spec) -> dict[str, Run]:

@@ -43,6 +43,9 @@ KEYS = ("out", "arms", "seeds", "overrides", "env", "model")
 SEED_KEYS = ("buffer.explorer_input.taskset.data_selector.seed", "explorer.rollout_model.seed")
 #: Where a config names its selector (``selector_type``; Trinity's default is random).
 SELECTOR_KEY = "buffer.explorer_input.taskset.data_selector.selector_type"
+#: How a lever's variable begins; the experiment command checks the name against
+#: :data:`mathagent.compat.LEVER_ENVS`.
+LEVER_PREFIX = "MATHAGENT_"
 #: The policy trained when a spec names none (``python -m mathagent models`` lists it).
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 _ARM = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -187,11 +190,9 @@ def load_spec(path: str | Path) -> Spec:
     env = raw.get("env") or {}
     if not isinstance(env, dict):
         raise bad("env", "a mapping of lever variables to values, e.g. MATHAGENT_VARLEN_ATTN: 1")
-    from mathagent.compat import LEVER_ENVS
-
     for key, value in env.items():
-        if key not in LEVER_ENVS:
-            raise bad(f"env.{key}", f"not a lever of mathagent.compat ({', '.join(LEVER_ENVS)})")
+        if not isinstance(key, str) or not key.startswith(LEVER_PREFIX):
+            raise bad(f"env.{key}", f"not a lever of mathagent.compat ({LEVER_PREFIX}...)")
         if isinstance(value, (dict, list)) or value is None:
             raise bad(f"env.{key}", "one value, e.g. 1")
 
