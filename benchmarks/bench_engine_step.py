@@ -84,8 +84,9 @@ LEVER_SETS = {
          "MATHAGENT_VARLEN_ATTN=1", "trainer: reference log-probs"),
         ("the same, from the actor's update", "MATHAGENT_VARLEN_ATTN=1", "trainer: actor update"),
         ("4 tasks at once on each workflow runner (mathagent.compat trinity-runner-slots) and "
-         "vLLM batches of up to 256 sequences, together",
-         "MATHAGENT_RUNNER_SLOTS=4 explorer.rollout_model.extra_engine_args.max_num_seqs=256",
+         "vLLM batches of up to 256 sequences and 8,192 tokens a step, together",
+         "MATHAGENT_RUNNER_SLOTS=4 explorer.rollout_model.extra_engine_args.max_num_seqs=256 "
+         "explorer.rollout_model.extra_engine_args.max_num_batched_tokens=8192",
          "held-out evaluation (660 x 4)"),
     ),
 }

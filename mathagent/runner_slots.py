@@ -5,8 +5,8 @@ task at a time: a runner is idle again only when every reply of its task has com
 ``asynchronous`` mode its validator also caps ``explorer.runner_per_model`` at
 ``ceil(buffer.batch_size / engine_num)`` (16 for the Qwen configs, with only a warning), so a
 held-out evaluation of 660 tasks x 4 replies keeps at most 16 x 4 = 64 agent runs in flight,
-one wave of slow replies after another, while the vLLM engine could decode several times as
-many sequences at once. More runner processes would lift that, at the cost of one Ray worker
+one wave of slow replies after another, while the vLLM engine could decode more sequences at
+once. More runner processes would lift that, at the cost of one Ray worker
 importing torch, transformers and vLLM each.
 
 With ``MATHAGENT_RUNNER_SLOTS=K`` (K >= 2) each runner takes up to K tasks at once instead:
@@ -15,12 +15,20 @@ the scheduler lists each runner under K ids (the runner's own and K - 1 aliases,
 whenever one of them is free. A runner is a Ray async actor, and in this mode it already runs a task's replies
 side by side, each in its own workflow instance, so K tasks on it run the same way.
 Restarting a runner restarts the one actor behind all its ids once, however many of its
-tasks asked for it. Training is unchanged (16 tasks fit the 16 runners' first ids); vLLM's
-``max_num_seqs`` (128 by default in Trinity's engine) must grow with K for it to pay
-(``configs/experiment_qwen_60steps.yaml`` sets both).
+tasks asked for it. vLLM's ``max_num_seqs`` (128 by default in Trinity's engine) must grow
+with K for it to pay (``configs/experiment_qwen_60steps.yaml`` sets both).
+
+Limits: only for ``explorer.concurrent_mode`` ``asynchronous`` or ``multi-threading`` (in
+``sequential`` mode a runner reuses one workflow instance, which tasks side by side would
+share; ``train`` refuses the lever there). The scheduler takes ids from a set, so a training
+batch's tasks are spread one per runner only when every id is idle (after an evaluation has
+ended, as in the Qwen configs, where the two do not overlap). A runner restarted to clean up
+one batch (a batch past its timeout, an aborted one) also ends the other tasks it holds, which
+Trinity then retries.
 
 Only :func:`install` touches Trinity; it is applied through :mod:`mathagent.compat`
-(``trinity-runner-slots``) in the explorer's worker, where the scheduler lives.
+(``trinity-runner-slots``) in the worker that imports Trinity's scheduler (its
+RolloutCoordinator actor).
 """
 
 from __future__ import annotations

@@ -154,6 +154,12 @@ seeds: [0]
      "env: {MATHAGENT_VARLEN_ATTN: [1]}", "env.MATHAGENT_VARLEN_ATTN: one value"),
     ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\nenv: [1]",
      "env: a mapping of lever variables"),
+    ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\nenv: 0",
+     "env: a mapping of lever variables"),
+    ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\n"
+     "env: {MATHAGENT_VARLEN_ATTN: true}", "env.MATHAGENT_VARLEN_ATTN: 'true' is neither 0"),
+    ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\n"
+     "env: {MATHAGENT_RUNNER_SLOTS: many}", "env.MATHAGENT_RUNNER_SLOTS: MATHAGENT_RUNNER_SLOTS='many'"),
     ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\nsteps: 3",
      "steps: unknown key"),
     ("out: x\narms: {random: configs/config_random_qwen.yaml}", "seeds: missing"),

@@ -58,8 +58,9 @@ def test_alias_ids_follow_the_runner_count():
 
 
 def test_preflight_refuses_a_bad_setting_and_passes_a_good_one(monkeypatch):
-    """check_versions reads only the mode of the checked config."""
-    config = types.SimpleNamespace(mode="both")
+    """check_versions reads the mode and the explorer's concurrent mode of the config."""
+    config = types.SimpleNamespace(
+        mode="both", explorer=types.SimpleNamespace(concurrent_mode="asynchronous"))
     monkeypatch.setenv(SLOTS_ENV, "2.5")
     refused = launch.Preflight()
     launch.check_versions(config, refused)
@@ -74,8 +75,27 @@ def test_preflight_refuses_a_bad_setting_and_passes_a_good_one(monkeypatch):
         assert result.problems == [], value
 
 
+def test_preflight_refuses_slots_where_a_runner_reuses_one_workflow_instance(monkeypatch):
+    """In sequential mode a runner resets and reuses one workflow instance per task."""
+    monkeypatch.setenv(SLOTS_ENV, "4")
+    for mode, refused in (("sequential", True), ("multi-threading", False)):
+        config = types.SimpleNamespace(mode="both",
+                                       explorer=types.SimpleNamespace(concurrent_mode=mode))
+        result = launch.Preflight()
+        launch.check_versions(config, result)
+        assert bool(result.problems) == refused, mode
+        if refused:
+            assert len(result.problems) == 1 and "concurrent_mode is 'sequential'" in \
+                result.problems[0]
+    monkeypatch.setenv(SLOTS_ENV, "1")  # Trinity's own one task a runner: any mode
+    result = launch.Preflight()
+    launch.check_versions(types.SimpleNamespace(
+        mode="both", explorer=types.SimpleNamespace(concurrent_mode="sequential")), result)
+    assert result.problems == []
+
+
 def test_the_setting_reaches_every_ray_worker(monkeypatch):
-    """Trinity's scheduler lives in the explorer's Ray worker, so ``train`` passes the
+    """Trinity's scheduler lives in a Ray worker of the run, so ``train`` passes the
     variable in the run's runtime_env (the checked config's two parts it reads)."""
     config = types.SimpleNamespace(get_envs=dict,
                                    cluster=types.SimpleNamespace(ray_address="10.0.0.1:6379"))

@@ -133,6 +133,12 @@ def check_versions(config: Any, result: Preflight) -> None:
         result.notes.append("versions differ from the tested set: " + ", ".join(off))
     trinity = found["trinity-rft"]
     slots_problem = runner_slots.slots_problem(os.environ.get(runner_slots.SLOTS_ENV))
+    mode = str(getattr(config.explorer.concurrent_mode, "value", config.explorer.concurrent_mode))
+    if slots_problem is None and runner_slots.slots() > 1 and mode not in ("asynchronous",
+                                                                            "multi-threading"):
+        slots_problem = (f"{runner_slots.SLOTS_ENV}={runner_slots.slots()}: explorer.concurrent_mode "
+                         f"is {mode!r}, where a runner reuses one workflow instance; several tasks "
+                         "at once need 'asynchronous' or 'multi-threading'")
     if slots_problem:
         result.problems.append(slots_problem)
     if config.mode == "colocate" and trinity not in (None, "0.6.0"):

@@ -187,7 +187,7 @@ def load_spec(path: str | Path) -> Spec:
         if isinstance(value, (dict, list)):
             raise bad(f"overrides.{key}", "one value (a number, string, true/false or null)")
 
-    env = raw.get("env") or {}
+    env = {} if raw.get("env") is None else raw["env"]
     if not isinstance(env, dict):
         raise bad("env", "a mapping of lever variables to values, e.g. MATHAGENT_VARLEN_ATTN: 1")
     for key, value in env.items():
