@@ -27,11 +27,19 @@ from fresh_python import (
     wrong_versions,
 )
 
-from mathagent import compat
+from mathagent import compat, launch
 
 WRONG_VERSIONS = wrong_versions()
 pytestmark = [pytest.mark.slow,  # every test starts a Ray head and a Python on it
               pytest.mark.skipif(WRONG_VERSIONS is not None, reason=str(WRONG_VERSIONS))]
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    """1 CPU and no GPU, whatever the machine has (the #602 deadlock needs a head without one)."""
+    with launch.local_ray_head(num_cpus=1, num_gpus=0, object_store_memory=100 * 2**20) as head:
+        yield head
+    assert head.processes() == []
 
 
 # --------------------------------------------------------------------------------------
