@@ -399,6 +399,13 @@ def _apply_runner_slots() -> bool:
 #: The environment variables that turn the levers on; ``train`` passes them to every Ray worker.
 LEVER_ENVS = (EARLY_EXPLORER_ENV, IPC_SYNC_ENV, VARLEN_ATTN_ENV, SLOTS_ENV)
 
+
+def levers_set() -> dict[str, str]:
+    """The lever variables set in this process's environment, with their values: ``train``
+    records them in a run's ``params.json`` (a lever changes speed, not what is learned, so
+    the experiment command does not compare them with a spec's)."""
+    return {name: os.environ[name] for name in LEVER_ENVS if name in os.environ}
+
 FIXES: tuple[Fix, ...] = (
     Fix(name="trinity-colocate", package="trinity-rft", versions=("0.6.0",),
         upstream="agentscope-ai/Trinity-RFT#602",

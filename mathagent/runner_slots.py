@@ -24,7 +24,8 @@ share; ``train`` refuses the lever there). The scheduler takes ids from a set, s
 batch's tasks are spread one per runner only when every id is idle (after an evaluation has
 ended, as in the Qwen configs, where the two do not overlap). A runner restarted to clean up
 one batch (a batch past its timeout, an aborted one) also ends the other tasks it holds, which
-Trinity then retries.
+Trinity then retries. Trinity's runner-state report (off unless
+``explorer.runner_state_report_interval`` is set) lists each runner K times, once per id.
 
 Only :func:`install` touches Trinity; it is applied through :mod:`mathagent.compat`
 (``trinity-runner-slots``) in the worker that imports Trinity's scheduler (its

@@ -228,6 +228,16 @@ def test_early_explorer_is_off_unless_asked_for(monkeypatch):
     assert compat._gate(lever, {"trinity-rft": "0.6.1"}).status == "skipped"
 
 
+def test_levers_set_names_the_lever_variables_of_the_environment_and_no_other(monkeypatch):
+    for name in compat.LEVER_ENVS:
+        monkeypatch.delenv(name, raising=False)
+    assert compat.levers_set() == {}
+    monkeypatch.setenv(compat.VARLEN_ATTN_ENV, "1")
+    monkeypatch.setenv(compat.SLOTS_ENV, "4")
+    monkeypatch.setenv("MATHAGENT_RUNS", "/tmp/elsewhere")  # a variable of ours, not a lever
+    assert compat.levers_set() == {compat.VARLEN_ATTN_ENV: "1", compat.SLOTS_ENV: "4"}
+
+
 # --------------------------------------------------------------------------------------
 # a fix applied when its module is imported
 # --------------------------------------------------------------------------------------

@@ -287,7 +287,7 @@ def launch(plan: LaunchPlan, checked: Preflight, started: float) -> int:
     import yaml
     from agentscope.tuner import tune
 
-    from mathagent.compat import IPC_SYNC_ENV, apply_all, ipc_sync_misfit
+    from mathagent.compat import IPC_SYNC_ENV, apply_all, ipc_sync_misfit, levers_set
 
     misfit = ipc_sync_misfit(checked.checked_config)
     if misfit and os.environ.get(IPC_SYNC_ENV) != "0":
@@ -319,7 +319,7 @@ def launch(plan: LaunchPlan, checked: Preflight, started: float) -> int:
               "eval_taskset": evals[0].name if evals else None,
               "checkpoint_job_dir": str(job_dir), "settings": plan.settings,
               "carried_rollout_settings": plan.carried,
-              "compat_fixes": {f.name: f.status for f in fixes}}
+              "compat_fixes": {f.name: f.status for f in fixes}, "levers": levers_set()}
     for folder in (run_dir, job_dir):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "params.json").write_text(json.dumps(params, indent=2, default=str) + "\n")
