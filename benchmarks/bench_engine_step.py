@@ -2,7 +2,7 @@
 anchor, for runs with and without the speed levers.
 
     python benchmarks/bench_engine_step.py RUN_FOLDER... --anchor ANCHOR.json
-        [--labels NAME...] [--out benchmarks/bench_engine_step.md] [--levers fast|varlen]
+        [--labels NAME...] [--out benchmarks/bench_engine_step.md] [--levers fast|levers]
         [--same-learning FAST_RUN REFERENCE_RUN]
 
 Each RUN_FOLDER is a Trinity-RFT run laid out as the results folders are (event files under
@@ -56,9 +56,8 @@ STARTUP = ("all workflow runners ready", "step 1 starts")
 #: The levers the "after" run turned on, by comparison (``--levers``): (lever, its setting, the
 #: row it acts on). Each acts on one phase, so its effect is read from that row, before against
 #: after; levers turned on together have one effect. ``fast``: the committed before and after
-#: (``base`` and ``fast``); ``varlen``: the fast settings padded (sdpa) and with padding
-#: removed, from ``benchmarks/engine_step_varlen.sh``; ``levers``: the fast run against
-#: ``spec_levers.yaml``'s, padding removed and evaluation batched.
+#: (``base`` and ``fast``); ``levers``: ``spec_fast8.yaml``'s run against ``spec_levers.yaml``'s,
+#: padding removed and several tasks a workflow runner (``benchmarks/engine_step_levers.sh``).
 LEVER_SETS = {
     "fast": (
         ("micro-batches of 8 for the update (2 before) and no gradient checkpointing (the "
@@ -72,21 +71,13 @@ LEVER_SETS = {
         ("weight sync through CUDA IPC handles (mathagent.compat trinity-ipc-sync; now on unless "
          "MATHAGENT_IPC_SYNC=0)", "MATHAGENT_IPC_SYNC=1", "weight sync"),
     ),
-    "varlen": tuple(
-        (f"padding removed from the micro-batches of the {what}: mathagent's variable-length "
-         "attention (mathagent.compat transformers-varlen-attention) in place of sdpa over "
-         "sequences padded to the longest", "MATHAGENT_VARLEN_ATTN=1", row)
-        for what, row in (("reference log-prob pass", "trainer: reference log-probs"),
-                          ("actor's update", "trainer: actor update"))),
     "levers": (
         ("padding removed (mathagent's variable-length attention, mathagent.compat "
          "transformers-varlen-attention) from the reference log-prob pass",
          "MATHAGENT_VARLEN_ATTN=1", "trainer: reference log-probs"),
         ("the same, from the actor's update", "MATHAGENT_VARLEN_ATTN=1", "trainer: actor update"),
-        ("4 tasks at once on each workflow runner (mathagent.compat trinity-runner-slots) and "
-         "vLLM batches of up to 256 sequences and 8,192 tokens a step, together",
-         "MATHAGENT_RUNNER_SLOTS=4 explorer.rollout_model.extra_engine_args.max_num_seqs=256 "
-         "explorer.rollout_model.extra_engine_args.max_num_batched_tokens=8192",
+        ("4 tasks at once on each workflow runner (mathagent.compat trinity-runner-slots; vLLM "
+         "takes up to 256 sequences at once in both runs)", "MATHAGENT_RUNNER_SLOTS=4",
          "held-out evaluation (660 x 4)"),
     ),
 }

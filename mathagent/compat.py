@@ -51,11 +51,11 @@ The fixes:
   PyTorch's own variable-length FlashAttention on the GPU); with it, ``train`` fills verl's
   unset attention settings with that name and ``use_remove_padding: true``
   (:mod:`mathagent.launch.attention`). Not yet measured in a run, so it stays off unless asked
-  for; ``benchmarks/engine_step_varlen.sh`` measures it.
+  for; ``benchmarks/engine_step_levers.sh`` measures it.
 * ``trinity-runner-slots`` (a speed lever, only with ``MATHAGENT_RUNNER_SLOTS=K``, K >= 2):
   each of Trinity-RFT 0.6.0's workflow runners takes K tasks at once instead of one
   (:mod:`mathagent.runner_slots`), for evaluation; asynchronous runners only. Not yet measured
-  in a run; ``benchmarks/engine_step/spec_levers.yaml`` measures it.
+  in a run; ``benchmarks/engine_step_levers.sh`` measures it.
 """
 
 from __future__ import annotations

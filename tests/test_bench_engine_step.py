@@ -66,18 +66,22 @@ def test_a_bad_anchor_or_run_folder_gets_one_line(bench, tmp_path, capsys):
     assert len(err) == 1 and "no timings.json" in err[0]
 
 
-def test_the_varlen_levers_name_their_switch_and_read_their_rows(bench, tmp_path):
-    """``--levers varlen`` (benchmarks/engine_step_varlen.sh): the lever rows name the switch
-    and carry the first and last runs' figures of the rows they act on (the committed runs
-    stand in for the padded and unpadded ones)."""
+def test_the_levers_name_their_switch_and_read_their_rows(bench, tmp_path):
+    """``--levers levers`` (benchmarks/engine_step_levers.sh): each lever row names its switch
+    and carries the first and last runs' figures of the row it acts on (the committed runs
+    stand in for the runs without and with the levers)."""
     out = tmp_path / "bench.md"
-    args = [*ARGS[:7], "--levers", "varlen", "--out", str(out)]
+    args = [*ARGS[:7], "--levers", "levers", "--out", str(out)]
     assert bench.main(args) == 0
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]]
-            for line in _tables(out.read_text())}
-    levers = [cells for cells in rows.values() if cells[1] == "`MATHAGENT_VARLEN_ATTN=1`"]
-    assert [cells[2] for cells in levers] == ["trainer: reference log-probs",
-                                              "trainer: actor update"]
+    rows: dict[str, list[str]] = {}  # a phase's row of the first table (the goals repeat some)
+    for line in _tables(out.read_text()):
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        rows.setdefault(cells[0], cells)
+    levers = [cells for cells in rows.values() if cells[1].startswith("`MATHAGENT_")]
+    assert [(cells[1], cells[2]) for cells in levers] == [
+        ("`MATHAGENT_VARLEN_ATTN=1`", "trainer: reference log-probs"),
+        ("`MATHAGENT_VARLEN_ATTN=1`", "trainer: actor update"),
+        ("`MATHAGENT_RUNNER_SLOTS=4`", "held-out evaluation (660 x 4)")]
     for cells in levers:
         assert cells[3:] == rows[cells[2]][1:3]  # the phase's before and after
     assert not any("IPC" in name for name in rows)

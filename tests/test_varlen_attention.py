@@ -7,7 +7,7 @@ the attention registered under its name, fed as verl 0.8.0's padding-free path f
 (``input_ids`` of shape ``(1, total)``, ``position_ids`` restarting per sequence,
 ``cu_seq_lens_q``), against the same weights under ``sdpa`` with each sequence alone. On the
 CPU the attention runs PyTorch's SDPA per sequence; PyTorch's ``varlen_attn`` runs on CUDA only,
-so the checks of that path run where a GPU is (``benchmarks/engine_step_varlen.sh`` runs this
+so the checks of that path run where a GPU is (``benchmarks/engine_step_levers.sh`` runs this
 file there first) and are skipped elsewhere. Here, stand-ins with the signatures of its
 releases (2.10, 2.11, 2.12) compute the formula, to check what the call hands each of them.
 """

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The speed levers not yet measured (padding removal, MATHAGENT_VARLEN_ATTN=1; several tasks a
+# workflow runner, MATHAGENT_RUNNER_SLOTS=4) against the same run without them, on one GPU, in
+# one sitting, from the repository root of a GPU install:
+#
+#     bash benchmarks/engine_step_levers.sh
+#
+# 1. tests/test_varlen_attention.py, whose CUDA checks (PyTorch's varlen_attn against SDPA per
+#    sequence, forward and gradients, and a packed Qwen2 row) run only where a GPU is; if they
+#    fail, the levers run is left out and only the run without levers is made;
+# 2. the plain-PyTorch anchor of this GPU (benchmarks/engine_anchor.py), alone on the GPU;
+# 3. the engine step's run with the levers (engine_step/spec_levers.yaml: random, seed 0, the
+#    fast settings, 8 steps, held-out at step 8), then the same run without them
+#    (engine_step/spec_fast8.yaml); a run that fails does not stop the next;
+# 4. benchmarks/bench_engine_step.py on the two: each phase, the lever rows, the goals, and
+#    whether the run with the levers learns as the committed run of its arm and seed did.
+#
+# Writes benchmarks/engine_step/{anchor_levers.json,levers/,fast8/,same_learning_levers.png}
+# and benchmarks/bench_engine_step_levers.md. About 8 minutes a run on an H200 (the committed
+# fast run's start-up and steps). A run stopped midway starts again from scratch at the next
+# call; a finished one is kept.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+DIR=benchmarks/engine_step
+
+LEVERS=1
+"$PY" -m pytest tests/test_varlen_attention.py -q -p no:cacheprovider || LEVERS=0
+"$PY" benchmarks/engine_anchor.py --out "$DIR/anchor_levers.json" || exit 1
+if [ "$LEVERS" = 1 ]; then
+  "$PY" -m mathagent experiment "$DIR/spec_levers.yaml" || LEVERS=0
+else
+  echo "engine_step_levers.sh: the varlen checks failed; the run with the levers is left out" >&2
+fi
+"$PY" -m mathagent experiment "$DIR/spec_fast8.yaml" || exit 1
+[ "$LEVERS" = 1 ] || exit 1
+"$PY" benchmarks/bench_engine_step.py "$DIR/fast8/random_seed0" "$DIR/levers/random_seed0" \
+  --anchor "$DIR/anchor_levers.json" --labels "no levers" levers --levers levers \
+  --same-learning "$DIR/levers/random_seed0" results/trinity_qwen/random_seed0 \
+  --figure "$DIR/same_learning_levers.png" --out benchmarks/bench_engine_step_levers.md
