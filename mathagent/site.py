@@ -1,15 +1,18 @@
-"""The executed tutorial as a static site: one HTML page per notebook and per README.
+"""The executed tutorial as a static site: one HTML page per notebook and per markdown page.
 
 ``python -m mathagent site`` takes the executed notebooks of a tutorial run (the copies
 ``python -m mathagent tutorial`` writes to ``runs/tutorial/<timestamp>/``; ``--run`` makes a
-fresh run first), converts each with nbconvert's ``lab`` template, adds the project README and
-the results READMEs, and writes ``index.html`` beside them. Links between pages (a README's
-link to a notebook or to a results folder) point at the pages; images a README shows are
-copied into ``figures/``; a notebook's figures stay inside its page.
+fresh run first), converts each with nbconvert's ``lab`` template, adds the project README,
+the ``docs/`` pages, the results READMEs and any other markdown file of the repository these
+link to, and writes ``index.html`` beside them. Links between pages (a README's link to a
+doc, a notebook or a results folder) point at the pages; images a page shows are copied into
+``figures/``, other files of the repository a page links to into ``files/``; a notebook's
+figures stay inside its page.
 
 The build refuses to leave a page a reader would trip over, with one line naming it: a
 notebook with an error output, an image that does not load (a missing file, an empty or
-undecodable embedded image, one fetched from the network), an empty page. The folder is
+undecodable embedded image, one fetched from the network), an empty page, a relative link
+that leads to no page or file of the site. The folder is
 written beside its target and swapped in (:mod:`mathagent.outputs`), so a failed build
 leaves the previous site as it was. ``--browser-check`` then opens every page in headless
 Chromium and runs the same checks on the page as a reader's browser shows it, saving a
@@ -29,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote
 
 from mathagent import paths
 
@@ -47,7 +51,7 @@ class Page:
     name: str
     title: str
     source: Path
-    kind: str  # notebook | readme
+    kind: str  # notebook | readme | doc (a markdown page not named README.md)
     figures: int = 0
     chars: int = 0
 
@@ -60,14 +64,15 @@ class SiteReport:
     pages: list[Page] = field(default_factory=list)
     seconds: float = 0.0
     missing: list[str] = field(default_factory=list)
+    links: int = 0
 
     @property
     def figures(self) -> int:
         return sum(p.figures for p in self.pages)
 
     def summary(self) -> str:
-        lines = [f"{len(self.pages)} pages, {self.figures} figures, built in "
-                 f"{self.seconds:.1f} s: {self.out / 'index.html'}"]
+        lines = [f"{len(self.pages)} pages, {self.figures} figures, {self.links} links "
+                 f"checked, built in {self.seconds:.1f} s: {self.out / 'index.html'}"]
         width = max((len(p.name) for p in self.pages), default=0)
         lines += [f"  {p.name:<{width}}  {p.figures:3d} figures  {p.chars:7d} characters"
                   for p in self.pages]
@@ -77,10 +82,12 @@ class SiteReport:
 
 
 # -- sources ---------------------------------------------------------------------------------
-def readme_sources(root: Path = paths.REPO_ROOT) -> list[Path]:
-    """The project README and every results folder's README, in that order."""
+def markdown_sources(root: Path = paths.REPO_ROOT) -> list[Path]:
+    """The project README, the ``docs/`` pages and every results folder's README, in that
+    order (the build adds any other markdown file of the repository these link to)."""
     found = [root / "README.md"] if (root / "README.md").is_file() else []
-    return found + sorted((root / "results").glob("*/README.md"))
+    return (found + sorted((root / "docs").glob("*.md"))
+            + sorted((root / "results").glob("*/README.md")))
 
 
 def latest_tutorial_run(root: Path | None = None) -> Path:
@@ -150,25 +157,59 @@ def render_markdown(source: Path) -> tuple[str, str]:
 
 _HREF = re.compile(r'(<a\s[^>]*?href=")([^"#]*)((?:#[^"]*)?")')
 _IMG_SRC = re.compile(r'(<img\s[^>]*?src=")([^"]*)(")')
+_ABSOLUTE = re.compile(r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*:|/)")  # a URL, or a path from the root
 
 
-def _rewrite(body: str, page: Page, pages_by_source: dict[Path, str], out: Path) -> str:
-    """Point links at the site's pages and copy the images a README shows into figures/."""
+def _linked_path(base: Path, target: str) -> Path | None:
+    """The file a relative link (its fragment removed) names from ``base``; None for an
+    in-page anchor or an absolute URL."""
+    if not target or _ABSOLUTE.match(target):
+        return None
+    return (base / unquote(target.partition("?")[0])).resolve()
+
+
+def _page_for(path: Path, pages_by_source: dict[Path, str]) -> str | None:
+    """The page a link to ``path`` means: the file's page, or a folder's README's page."""
+    return next((pages_by_source[c] for c in (path, path / "README.md") if c in pages_by_source),
+                None)
+
+
+def _linked_markdown(body: str, source: Path, known: set[Path], root: Path) -> list[Path]:
+    """The markdown files of the repository (a ``.md`` file, or a folder's README) that a
+    rendered page links to and that are not pages yet."""
+    found = []
+    for m in _HREF.finditer(body):
+        path = _linked_path(source.parent, html.unescape(m.group(2)))
+        if path is None or not path.is_relative_to(root):
+            continue
+        for candidate in (path, path / "README.md"):
+            if (candidate.suffix == ".md" and candidate.is_file() and candidate not in known
+                    and candidate not in found):
+                found.append(candidate)
+    return found
+
+
+def _rewrite(body: str, page: Page, pages_by_source: dict[Path, str], out: Path,
+             root: Path) -> str:
+    """Point links at the site's pages, copy the other files of the repository a page links
+    to into files/ and the images it shows into figures/. A link to nothing is left as it
+    is, for the link check to name."""
     base = page.source.parent
 
     def href(m: re.Match) -> str:
-        target = html.unescape(m.group(2))
-        if not target or re.match(r"^[a-z]+:", target):
+        path = _linked_path(base, html.unescape(m.group(2)))
+        if path is None:
             return m.group(0)
-        path = (base / target).resolve()
-        for candidate in (path, path / "README.md"):
-            if candidate in pages_by_source:
-                return m.group(1) + pages_by_source[candidate] + m.group(3)
-        return m.group(0)
+        name = _page_for(path, pages_by_source)
+        if name is None and path.is_file() and path.is_relative_to(root):
+            name = "files/" + "_".join(path.relative_to(root).parts)
+            (out / "files").mkdir(exist_ok=True)
+            shutil.copyfile(path, out / name)
+        return m.group(0) if name is None else m.group(1) + name + m.group(3)
 
     def img(m: re.Match) -> str:
         src = html.unescape(m.group(2))
-        if not src or re.match(r"^[a-z]+:", src):
+        if not src or _ABSOLUTE.match(src):
             return m.group(0)
         path = (base / src).resolve()
         if not path.is_file():
@@ -200,12 +241,15 @@ class _PageReader(HTMLParser):
     def __init__(self):
         super().__init__()
         self.images: list[str] = []
+        self.links: list[str] = []
         self.text: list[str] = []
         self._skip = 0
 
     def handle_starttag(self, tag, attrs):
         if tag == "img":
             self.images.append(dict(attrs).get("src") or "")
+        if tag == "a" and dict(attrs).get("href"):
+            self.links.append(dict(attrs)["href"])
         if tag in ("script", "style", "nav"):
             self._skip += 1
 
@@ -244,6 +288,26 @@ def check_page(path: Path, label: str | Path | None = None) -> tuple[int, int]:
     return len(reader.images), chars
 
 
+def check_links(site_dir: Path, label_dir: Path | None = None) -> int:
+    """The number of relative links in the pages of a built site; one that leads to no page
+    or file inside the site is a :class:`SiteError` naming the page (in ``label_dir``,
+    default ``site_dir``) and the link. A link's ``#fragment`` is not checked."""
+    site_dir, label_dir = site_dir.resolve(), label_dir or site_dir
+    count = 0
+    for page in sorted(site_dir.glob("*.html")):
+        reader = _PageReader()
+        reader.feed(page.read_text(encoding="utf-8"))
+        for link in reader.links:
+            path = _linked_path(page.parent, link.partition("#")[0])
+            if path is None:
+                continue
+            count += 1
+            if not (path.is_file() and path.is_relative_to(site_dir)):
+                raise SiteError(f"{label_dir / page.name}: dead link {link!r} "
+                                "(no page or file of the site there)")
+    return count
+
+
 # -- the build -------------------------------------------------------------------------------
 def _index(pages: list[Page], run_dir: Path) -> str:
     rows = "\n".join(
@@ -255,46 +319,61 @@ def _index(pages: list[Page], run_dir: Path) -> str:
 td,th{{padding:2px 12px;text-align:left}}</style></head>
 <body><h1>mathagent: the executed tutorial</h1>
 <p>The five notebooks as they ran, every output and figure included, with the project's
-README and the results READMEs. Executed copies from <code>{html.escape(str(run_dir))}</code>.</p>
+README, its docs and the results READMEs.
+Executed copies from <code>{html.escape(str(run_dir))}</code>.</p>
 <table><tr><th>page</th><th>kind</th><th>figures</th></tr>
 {rows}
 </table></body></html>
 """
 
 
-def build_site(run_dir: str | Path, out_dir: str | Path, readmes: list[Path] | None = None,
+def _markdown_page(source: Path, root: Path) -> Page:
+    """The page of a markdown file: a ``readme`` if it is a README.md, else a ``doc``."""
+    return Page(_page_name(source, root), "", source.resolve(),
+                "readme" if source.name == "README.md" else "doc")
+
+
+def build_site(run_dir: str | Path, out_dir: str | Path, markdown: list[Path] | None = None,
                root: Path = paths.REPO_ROOT, force: bool = True) -> SiteReport:
-    """Convert ``run_dir``'s executed notebooks and ``readmes`` into ``out_dir``; check every
-    page. ``readmes`` defaults to :func:`readme_sources`. Raises :class:`SiteError` (one line
-    naming the page) for a page that would mislead a reader, leaving ``out_dir`` as it was."""
+    """Convert ``run_dir``'s executed notebooks and the ``markdown`` pages (default
+    :func:`markdown_sources`), with any other markdown file of the repository they link to,
+    into ``out_dir``; check every page and every relative link. Raises :class:`SiteError` (one
+    line naming the page) for a page that would mislead a reader, leaving ``out_dir`` as it
+    was."""
     from mathagent.outputs import check_output, staged_output
 
     start = time.perf_counter()
-    run_dir, out = Path(run_dir), Path(out_dir)
+    run_dir, out, root = Path(run_dir), Path(out_dir), Path(root).resolve()
     notebooks = sorted(run_dir.glob("[0-9][0-9]*.ipynb"))
     if not notebooks:
         raise SiteError(f"{run_dir}: no executed notebooks (NN_*.ipynb) to build from")
-    readmes = readme_sources(root) if readmes is None else list(readmes)
-    pages = [Page(_page_name(nb, root), "", nb, "notebook") for nb in notebooks]
-    pages += [Page(_page_name(md, root), "", md, "readme") for md in readmes]
-    # a README's link to a notebook means the notebook's page (sources live in notebooks/)
-    by_source = {(root / "notebooks" / p.source.name).resolve(): p.name
+    markdown = markdown_sources(root) if markdown is None else list(markdown)
+    pages = [Page(_page_name(nb, root), "", nb.resolve(), "notebook") for nb in notebooks]
+    pages += [_markdown_page(md, root) for md in markdown]
+    # a link to a notebook (its source in notebooks/, or its executed copy beside another)
+    # means the notebook's page
+    by_source = {(root / "notebooks" / p.source.name): p.name
                  for p in pages if p.kind == "notebook"}
-    by_source.update({p.source.resolve(): p.name for p in pages if p.kind == "readme"})
+    by_source.update({p.source: p.name for p in pages})
     check_output(out, force)
-    bodies = {}
-    for page in pages:
-        render = render_notebook if page.kind == "notebook" else render_markdown
-        page.title, bodies[page.name] = render(page.source)
+    bodies: dict[str, str] = {}
+    while len(bodies) < len(pages):  # pages added as rendered ones are found to link to them
+        for page in [p for p in pages if p.name not in bodies]:
+            render = render_notebook if page.kind == "notebook" else render_markdown
+            page.title, bodies[page.name] = render(page.source)
+            for linked in _linked_markdown(bodies[page.name], page.source, set(by_source), root):
+                pages.append(_markdown_page(linked, root))
+                by_source[pages[-1].source] = pages[-1].name
     with staged_output(out) as tmp:
         for page in pages:
-            body = _with_nav(_rewrite(bodies[page.name], page, by_source, tmp), page.name, pages)
-            (tmp / page.name).write_text(body, encoding="utf-8")
+            body = _rewrite(bodies[page.name], page, by_source, tmp, root)
+            (tmp / page.name).write_text(_with_nav(body, page.name, pages), encoding="utf-8")
             page.figures, page.chars = check_page(tmp / page.name, out / page.name)
         (tmp / "index.html").write_text(_index(pages, run_dir), encoding="utf-8")
+        links = check_links(tmp, out)
     expected = {p.name for p in _source_notebooks()}
     missing = sorted(expected - {nb.name for nb in notebooks})
-    return SiteReport(out, pages, time.perf_counter() - start, missing)
+    return SiteReport(out, pages, time.perf_counter() - start, missing, links)
 
 
 def _source_notebooks() -> list[Path]:

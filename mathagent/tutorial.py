@@ -8,13 +8,15 @@ Notebooks report parts they cannot run on this machine (no GPU, no network) thro
 :func:`skip`, which prints a marker line the runner collects from the executed outputs;
 nothing is skipped silently. Figures are saved through :func:`mathagent.paths.figure_dir`,
 which points into the run folder while the tutorial runs and into ``runs/notebooks``
-otherwise.
+otherwise. An executed copy's links point from the folder it is written to
+(:func:`rebase_links`), so ``../docs/glossary.md`` still opens the glossary there.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from contextlib import contextmanager
@@ -34,6 +36,27 @@ def skip(part: str, reason: str) -> None:
 def tutorial_notebooks(folder: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
     """The numbered notebooks (``01_...``, ``02_...``) in execution order."""
     return sorted(p for p in folder.glob("[0-9][0-9]*.ipynb"))
+
+
+# a markdown link or image, ](target), or an HTML one, href="target" / src="target"
+_MARKDOWN_LINK = re.compile(r'(\]\(|(?:href|src)=")([^)\s"]+)')
+
+
+def rebase_links(text: str, source_dir: Path, out_dir: Path) -> str:
+    """``text``, a markdown cell of a notebook in ``source_dir``, with its relative links
+    pointing at the same files from ``out_dir``, where its executed copy is written. A link
+    to another tutorial notebook stays as it is: it means that notebook's executed copy,
+    written beside this one."""
+    siblings = {p.name for p in tutorial_notebooks(source_dir)}
+
+    def rebase(m: re.Match) -> str:
+        target, hash_, fragment = m.group(2).partition("#")
+        if not target or re.match(r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*:|/)", target) or target in siblings:
+            return m.group(0)
+        moved = Path(os.path.relpath(source_dir.resolve() / target, out_dir.resolve())).as_posix()
+        return m.group(1) + moved + ("/" if target.endswith("/") else "") + hash_ + fragment
+
+    return _MARKDOWN_LINK.sub(rebase, text)
 
 
 @dataclass
@@ -62,6 +85,9 @@ def run_notebook(path: Path, out_dir: Path, timeout: int = 1800) -> NotebookResu
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = rebase_links(cell.source, path.parent, out_dir)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()

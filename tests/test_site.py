@@ -1,17 +1,19 @@
-"""The static site: a page per executed notebook and README, links and figures that work, and
-a build that fails, naming the page, on a broken image, an error output or an empty page."""
+"""The static site: a page per executed notebook, README and doc, links and figures that work,
+and a build that fails, naming the page, on a broken image, an error output, an empty page or
+a dead link."""
 
 from __future__ import annotations
 
 import base64
 import io
+import re
 import subprocess
 import sys
 
 import nbformat
 import pytest
 
-from mathagent import site
+from mathagent import paths, site
 
 PROSE = ("This paragraph stands for a notebook's teaching text. It is long enough that a page "
          "holding it is not mistaken for an empty one, which the build refuses to write. ")
@@ -47,15 +49,18 @@ def _figure_cell(png: str):
 
 @pytest.fixture()
 def tree(tmp_path):
-    """A repository root with a README (an image, links) and a run folder of two notebooks."""
+    """A repository root with a README (an image, links), a doc, and a run folder of two
+    notebooks."""
     root, run = tmp_path / "repo", tmp_path / "run"
     (root / "results" / "demo").mkdir(parents=True)
     (root / "notebooks").mkdir()
+    (root / "docs").mkdir()
     run.mkdir()
     (root / "results" / "demo" / "curve.png").write_bytes(base64.b64decode(_png()))
     (root / "README.md").write_text(
-        f"# demo\n\n{PROSE}\n\nSee [the first notebook](notebooks/01_a.ipynb) and "
-        "[the results](results/demo/).\n")
+        f"# demo\n\n{PROSE}\n\nSee [the first notebook](notebooks/01_a.ipynb), "
+        "[the results](results/demo/) and [the guide](docs/guide.md).\n")
+    (root / "docs" / "guide.md").write_text(f"# guide\n\n{PROSE}\n\n[home](../README.md)\n")
     (root / "results" / "demo" / "README.md").write_text(
         f"# demo results\n\n{PROSE}\n\n![curve](curve.png)\n\n[back](../../README.md)\n")
     png = _png()
@@ -67,7 +72,7 @@ def tree(tmp_path):
 
 
 def _build(root, run, out, **kw):
-    return site.build_site(run, out, readmes=site.readme_sources(root), root=root, **kw)
+    return site.build_site(run, out, markdown=site.markdown_sources(root), root=root, **kw)
 
 
 def test_a_page_per_notebook_and_readme_with_working_links_and_figures(tree, tmp_path):
@@ -75,12 +80,16 @@ def test_a_page_per_notebook_and_readme_with_working_links_and_figures(tree, tmp
     out = tmp_path / "site"
     report = _build(root, run, out)
     names = [p.name for p in report.pages]
-    assert names == ["01_a.html", "02_b.html", "README.html", "results_demo_README.html"]
-    assert [p.figures for p in report.pages] == [2, 1, 0, 1] and report.figures == 4
+    assert names == ["01_a.html", "02_b.html", "README.html", "docs_guide.html",
+                     "results_demo_README.html"]
+    assert [p.kind for p in report.pages] == ["notebook", "notebook", "readme", "doc", "readme"]
+    assert [p.figures for p in report.pages] == [2, 1, 0, 0, 1] and report.figures == 4
     assert [p.title for p in report.pages][:2] == ["01 · first", "02 · second"]
     assert (out / "index.html").is_file()
     readme = (out / "README.html").read_text()
     assert 'href="01_a.html"' in readme and 'href="results_demo_README.html"' in readme
+    assert 'href="docs_guide.html"' in readme
+    assert 'href="README.html"' in (out / "docs_guide.html").read_text()
     results = (out / "results_demo_README.html").read_text()
     assert 'src="figures/results_demo_README-curve.png"' in results
     assert (out / "figures" / "results_demo_README-curve.png").is_file()
@@ -88,7 +97,80 @@ def test_a_page_per_notebook_and_readme_with_working_links_and_figures(tree, tmp
     assert '<a href="index.html">index</a>' in (out / "01_a.html").read_text()
     for page in names:  # every page passes the checks on its own
         assert site.check_page(out / page)[1] >= site.MIN_TEXT_CHARS
-    assert f"{len(names)} pages, 4 figures" in report.summary()
+    assert f"{len(names)} pages, 4 figures, {report.links} links checked" in report.summary()
+    assert report.links == site.check_links(out) > 0
+
+
+def test_linked_markdown_becomes_a_page_and_a_linked_file_is_copied(tree, tmp_path):
+    """A doc's link to a markdown file outside the page set makes it a page too (and what that
+    links to); a link to another file of the repository points at a copy in files/, as an
+    image a page shows is copied into figures/. A notebook's links resolve from its executed
+    copy's folder, another notebook's copy included."""
+    root, run = tree
+    (root / "data" / "set").mkdir(parents=True)
+    (root / "mathagent").mkdir()
+    (root / "mathagent" / "tool.py").write_text("print('the tool')\n")
+    (root / "docs" / "guide.md").write_text(
+        f"# guide\n\n{PROSE}\n\n[the data](../data/README.md), "
+        "[the tool](../mathagent/tool.py#L1)\n")
+    (root / "data" / "README.md").write_text(f"# data\n\n{PROSE}\n\n[one set](set/)\n")
+    (root / "data" / "set" / "README.md").write_text(f"# one set\n\n{PROSE}\n")
+    _notebook(run / "02_b.ipynb", nbformat.v4.new_markdown_cell(
+        f"# 02 · second\n\n{PROSE}\n\n[the first](01_a.ipynb), [the guide](../repo/docs/guide.md)"))
+    out = tmp_path / "site"
+    report = _build(root, run, out)
+    assert [p.name for p in report.pages][-2:] == ["data_README.html", "data_set_README.html"]
+    guide = (out / "docs_guide.html").read_text()
+    assert 'href="data_README.html"' in guide
+    assert 'href="files/mathagent_tool.py#L1"' in guide
+    assert (out / "files" / "mathagent_tool.py").read_text() == "print('the tool')\n"
+    assert 'href="data_set_README.html"' in (out / "data_README.html").read_text()
+    second = (out / "02_b.html").read_text()
+    assert 'href="01_a.html"' in second and 'href="docs_guide.html"' in second
+    assert report.links == site.check_links(out)
+
+
+def test_a_dead_link_fails_the_build_in_one_line_naming_page_and_link(tree, tmp_path):
+    root, run = tree
+    out = tmp_path / "site"
+    _build(root, run, out)
+    before = sorted(p.name for p in out.iterdir())
+    (root / "docs" / "guide.md").write_text(f"# guide\n\n{PROSE}\n\n[gone](gone.md#top)\n")
+    with pytest.raises(site.SiteError) as caught:
+        _build(root, run, out)
+    assert str(caught.value) == (f"{out / 'docs_guide.html'}: dead link 'gone.md#top' "
+                                 "(no page or file of the site there)")
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+@pytest.mark.parametrize("link", ["nowhere.html", "../outside.html", "figures/", "a%20b.html"])
+def test_the_link_check_names_a_link_that_leads_nowhere_in_the_site(tmp_path, link):
+    """A built page's relative link must land on a file inside the site: not a missing one,
+    not one beside the site folder, not a folder."""
+    out = tmp_path / "site"
+    (out / "figures").mkdir(parents=True)
+    (tmp_path / "outside.html").write_text("beside the site, not in it")
+    (out / "a b.html").write_text("<p>a page whose name has a space</p>")
+    (out / "page.html").write_text(
+        '<p><a href="#top">top</a> <a href="https://example.org/x">away</a> '
+        '<a href="a%20b.html">space</a> <a href="/abs">root</a> '
+        f'<a href="{link}">the link</a></p>')
+    if link == "a%20b.html":
+        assert site.check_links(out) == 2  # the space page, twice: it resolves
+        return
+    with pytest.raises(site.SiteError, match=rf"^{re.escape(str(out / 'page.html'))}: dead link "
+                                             rf"{re.escape(repr(link))} \(no page or file"):
+        site.check_links(out)
+
+
+def test_the_repositorys_site_has_no_dead_link(tmp_path):
+    """The site of the committed executed copies (results/notebooks_h200) with the project's
+    own README, docs and results pages: every relative link lands on a page or file of it."""
+    report = site.build_site(paths.RESULTS_DIR / "notebooks_h200", tmp_path / "site")
+    names = {p.name for p in report.pages}
+    assert {f"docs_{md.stem}.html" for md in (paths.REPO_ROOT / "docs").glob("*.md")} <= names
+    assert {"README.html", "01_data_preparation.html"} <= names
+    assert report.links == site.check_links(tmp_path / "site") > len(names)
 
 
 def test_a_broken_image_fails_the_build_and_keeps_the_old_site(tree, tmp_path):

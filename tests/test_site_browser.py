@@ -79,7 +79,7 @@ def built(chromium, tmp_path_factory):
               _figure_cell(png), streams, _figure_cell(png))
     _notebook(run / "02_b.ipynb", nbformat.v4.new_markdown_cell(f"# 02 · second\n\n{PROSE}"),
               _figure_cell(png))
-    site.build_site(run, out, readmes=[root / "README.md"], root=root)
+    site.build_site(run, out, markdown=[root / "README.md"], root=root)
 
     good = (out / "01_a.html").read_text()
     first_img = re.compile(r'(<img\s[^>]*?src=")data:[^"]*(")')

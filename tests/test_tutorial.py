@@ -26,10 +26,13 @@ def test_runner_collects_skips_and_names_the_failing_cell(tmp_path):
     good = _write_nb(src / "01_good.ipynb",
                      "from mathagent.tutorial import skip",
                      "skip('GPU launch', 'no GPU on this machine')")
+    linked = nbformat.read(good, as_version=4)
+    linked.cells.insert(0, nbformat.v4.new_markdown_cell("[the glossary](../docs/glossary.md)"))
+    nbformat.write(linked, good)
     bad = _write_nb(src / "02_bad.ipynb", "x = 1", "raise ValueError('boom')")
     never = _write_nb(src / "03_never.ipynb", "pass")
-    out = tmp_path / "out"
-    out.mkdir()
+    out = tmp_path / "runs" / "out"
+    out.mkdir(parents=True)
     notebooks = tutorial.tutorial_notebooks(src)
     assert notebooks == [good, bad, never]
 
@@ -39,6 +42,8 @@ def test_runner_collects_skips_and_names_the_failing_cell(tmp_path):
     assert results[0].skipped == ["GPU launch: no GPU on this machine"]
     assert results[1].error.startswith("cell 1:") and "boom" in results[1].error
     assert (out / "01_good.ipynb").exists() and (out / "02_bad.ipynb").exists()
+    copy = nbformat.read(out / "01_good.ipynb", as_version=4)  # out is a folder deeper
+    assert copy.cells[0].source == "[the glossary](../../docs/glossary.md)"
     summary = tutorial.format_summary(results, notebooks, out)
     assert "skipped: GPU launch: no GPU on this machine" in summary
     assert "03_never.ipynb" in summary and "not run" in summary
@@ -91,6 +96,27 @@ def test_a_kernel_outside_the_checkout_imports_this_checkouts_package(tmp_path, 
     module_file, sys_path = json.loads(text)
     assert str(paths.REPO_ROOT) in sys_path
     assert Path(module_file).resolve() == (paths.REPO_ROOT / "mathagent" / "__init__.py").resolve()
+
+
+def test_an_executed_copys_links_point_from_the_folder_it_is_written_to(tmp_path):
+    """A copy three folders down (runs/tutorial/<timestamp>/) reaches the same files as its
+    notebook in notebooks/; a link to another tutorial notebook means that one's copy beside
+    it; URLs and in-page anchors stay."""
+    source, out = tmp_path / "notebooks", tmp_path / "runs" / "tutorial" / "20250101-000000"
+    source.mkdir()
+    out.mkdir(parents=True)
+    _write_nb(source / "05_results.ipynb")
+    text = ("See the [glossary](../docs/glossary.md), the [README](../README.md#references), "
+            "[notebook 05](05_results.ipynb), [a folder](../results/demo/), "
+            "![a figure](figures/x.png), <a href=\"../docs/site.md\">site</a>, "
+            "[upstream](https://github.com/agentscope-ai/Trinity-RFT), [below](#summary).")
+    assert tutorial.rebase_links(text, source, out) == (
+        "See the [glossary](../../../docs/glossary.md), "
+        "the [README](../../../README.md#references), [notebook 05](05_results.ipynb), "
+        "[a folder](../../../results/demo/), ![a figure](../../../notebooks/figures/x.png), "
+        "<a href=\"../../../docs/site.md\">site</a>, "
+        "[upstream](https://github.com/agentscope-ai/Trinity-RFT), [below](#summary).")
+    assert tutorial.rebase_links(text, source, source) == text
 
 
 def test_figure_dir_follows_the_run_folder(tmp_path, monkeypatch):
