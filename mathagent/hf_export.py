@@ -11,10 +11,8 @@ weights and runs each forward pass on a bfloat16 copy of them. Weights saved in 
 start exactly on bfloat16 values, so a weight's bfloat16 copy stays put until its updates add
 up to half a bfloat16 step (about 1e-4 for a weight of 0.05: ten steps of lr 1e-5 in one
 direction), and most of what training does stays invisible to the policy. The dequantised
-GGUF weights mostly lie between bfloat16 values (about 80% of them), so their updates show.
-Measured (docs/engineering.md): from a bfloat16 start the local trainer's KL to
-the initial model stays at 0.0013-0.0021 over 20 steps, like Trinity-RFT's, against 0.013-0.031
-from the float32 one.
+GGUF weights mostly lie between bfloat16 values (about 80% of them), so their updates show
+(docs/engineering.md, "What broke, and the fix").
 
 Two details of transformers 5.x: the GGUF must be loaded with ``GgufConfig(dequantize=True)``
 (else the model keeps a quantisation config and refuses to be saved), and the folder is saved

@@ -338,8 +338,8 @@ class ArithmeticOptions:
 
     levels: str = setting("smollm2", flag=True, choices=LEVEL_SET_NAMES,
                           help="level set: smollm2 (data/arithmetic, sized for SmolLM2-135M; "
-                               "the default) or qwen (data/arithmetic_qwen, sized for "
-                               "Qwen2.5-Coder-0.5B-Instruct with its Python tool)")
+                               "the default) or qwen (data/arithmetic_qwen, levels sized by "
+                               "Qwen2.5-Coder-0.5B-Instruct's pass rates with no tool)")
     n_train: int | None = setting(None, flag=True, metavar="N_TRAIN",
                                   help="train tasks (default: the level set's; smollm2 2000, "
                                        "qwen 4400)")

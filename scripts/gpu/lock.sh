@@ -17,7 +17,7 @@ W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 {
   echo "# The GPU set, fully resolved: regenerate with scripts/gpu/lock.sh (uv pip compile --universal"
   echo "# of requirements/gpu.in with requirements/gpu-overrides.txt, for CPython 3.11 and newer)."
-  echo "# Install with --no-deps (README, \"Installing for GPU training\"):"
+  echo "# Install with --no-deps (docs/install.md, section \"GPU\"):"
   echo "#   pip install torch==2.11.0 --index-url https://download.pytorch.org/whl/cu130"
   echo "#   pip install --no-deps -r requirements/gpu.lock && pip install --no-deps -e ."
   cat "$W/lock.txt"

@@ -132,8 +132,8 @@ def test_every_config_loads_through_trinity(name, tmp_path):
     if "qwen" in name:  # the Qwen policy's agent is offered no tools (its measured setting)
         assert plan.settings["agent"]["meta_tool"] is False
         assert plan.settings["agent"]["python_tool"] is False
-        # the pilot's settings (docs/engineering.md): asynchronous runners, one per
-        # task of a batch, and its learning rate in both places that name one
+        # the configs' runner settings (docs/engineering.md): asynchronous runners, one per
+        # task of a batch, and the learning rate in both places that name one
         explorer = plan.config.explorer
         assert explorer.concurrent_mode == "asynchronous"
         assert explorer.runner_per_model == plan.config.buffer.batch_size
