@@ -19,7 +19,7 @@ RESULTS_DIR = REPO_ROOT / "results"
 
 # The bundled offline taskset (arithmetic word problems with measured pass rates).
 ARITHMETIC_DIR = DATA_DIR / "arithmetic"
-# The second arithmetic taskset, sized for Qwen2.5-Coder-0.5B-Instruct and its Python tool.
+# The second arithmetic taskset, sized for Qwen2.5-Coder-0.5B-Instruct (no tools).
 ARITHMETIC_QWEN_DIR = DATA_DIR / "arithmetic_qwen"
 # Small raw files in the upstream schemas (guru math, AIME), for the tutorial's conversions.
 SAMPLES_DIR = DATA_DIR / "samples"

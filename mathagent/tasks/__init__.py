@@ -25,7 +25,7 @@ Three builders feed this schema:
 * :func:`generate_arithmetic` / ``generate-arithmetic``: the bundled offline tasksets of
   arithmetic word problems with a wide, controlled difficulty range, one per level set
   (:func:`generate_level_set`): ``smollm2`` (``data/arithmetic``) and ``qwen``
-  (``data/arithmetic_qwen``, for Qwen2.5-Coder-0.5B-Instruct and its Python tool).
+  (``data/arithmetic_qwen``, for Qwen2.5-Coder-0.5B-Instruct).
 
 Every loader goes through :func:`validate_taskset`, whose errors name the file, the row
 (counted from 0) and the column at fault; an input file that cannot be read at all (empty,

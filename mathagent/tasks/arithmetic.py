@@ -7,8 +7,8 @@ shares per split, the seed and the folder; two are known by name (:data:`LEVEL_S
 * ``smollm2`` (:data:`SMOLLM2_LEVELS`, ``data/arithmetic``): eight levels, from
   "What is 3 + 4?" to five three-digit terms with products, for the bundled SmolLM2-135M;
 * ``qwen`` (:mod:`mathagent.tasks.arithmetic_qwen`, ``data/arithmetic_qwen``): eleven levels
-  for Qwen2.5-Coder-0.5B-Instruct, up to products and nested parentheses of 3-4 digit numbers
-  that it solves only with the Python tool.
+  for Qwen2.5-Coder-0.5B-Instruct, from sums it solves about half the time to products and
+  nested parentheses of 3-4 digit numbers it almost never solves (``results/qwen_features/``).
 """
 
 from __future__ import annotations

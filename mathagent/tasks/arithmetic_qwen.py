@@ -1,4 +1,4 @@
-"""The ``qwen`` level set: arithmetic sized for Qwen2.5-Coder-0.5B-Instruct and its Python tool.
+"""The ``qwen`` level set: arithmetic sized for Qwen2.5-Coder-0.5B-Instruct without tools.
 
 Eleven levels (:data:`QWEN_LEVEL_TABLE`), ordered by how much schoolbook work a task takes
 (:func:`long_hand_steps`), in three tiers read from the policy's measured pass rates without
@@ -13,7 +13,8 @@ train split of ``data/arithmetic`` and three synthetic levels):
 * **hard** (levels 5-10): 3-digit × 2-digit products (measured 0.01), ``(a + b) × c - d``
   with a 3-digit term (0.04), five 3-digit terms (0.01), six-term sums of products (0.00),
   then nested parentheses over 3-4 digit numbers, harder by construction than all of those:
-  without the tool essentially never, with it a matter of writing the expression in Python.
+  essentially never solved without the tool (with it the policy did worse:
+  ``results/qwen_features/`` measures both).
 
 **Train shares** (:data:`QWEN_TRAIN_SHARES`): 15% easy, 20% middle, 65% hard. Weighting each
 level by its measured rate (unmeasured levels 9-10 at 0) gives a mean pass rate of 0.12
