@@ -70,3 +70,64 @@ def test_the_recorded_qwen_runs_hold_a_tool_call_whose_result_came_back():
     table = agent.recorded_transcript_table(used)
     assert table["tool_calls"].str.contains("execute_python_code").any()
     assert table["text"].str.startswith("Exit status 0.").any()
+
+
+def _record_folder(tmp_path, provenance=None):
+    """A results folder and a taskset as ``python_tool_record`` reads them: two recorded runs
+    (one calls the tool), tool pass rates from 4 runs a task, no-tool ones from 8."""
+    import pandas as pd
+
+    from mathagent import tasks
+
+    folder, taskset = tmp_path / "features", tmp_path / "taskset"
+    folder.mkdir()
+    (folder / "transcripts_python_tool.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in (CALLED, PLAIN)) + "\n")
+    pd.DataFrame({"task_id": ["a", "b"], "qwen_tool_pass_rate": [0.25, 0.0]}).to_csv(
+        folder / "tool_test_pass_rates.csv", index=False)
+    (folder / "measurement_provenance.json").write_text(
+        json.dumps(provenance or {"qwen_tool_pass_rate": {"test": {"n": 4}}}))
+    tasks.save_taskset({"test": pd.DataFrame({"question": ["1 + 1?", "2 + 2?"],
+                                              "answer": ["#### 2", "#### 4"],
+                                              "qwen_bare_pass_rate": [0.5, 0.375]})},
+                       taskset, {"measurements": {"qwen_bare_pass_rate": {"test": {"n": 8}}}})
+    return folder, taskset
+
+
+def test_python_tool_record_reports_the_calls_and_both_pass_rates(tmp_path):
+    folder, taskset = _record_folder(tmp_path)
+    record = agent.python_tool_record(folder, taskset)
+    assert record.report().splitlines() == [
+        "1 of 2 recorded runs called the tool, 1 calls in all; mean reward 0.50",
+        "held-out pass rate with the Python tool 0.125, with no tool offered 0.438 "
+        "(4 and 8 runs a task)"]
+    first = record.first_call()
+    assert first.loc[2, "tool_calls"] == "execute_python_code({'code': '8 - 5'})"
+    (folder / "transcripts_python_tool.jsonl").write_text(json.dumps(PLAIN) + "\n")
+    assert agent.python_tool_record(folder, taskset).first_call() is None
+
+
+def test_python_tool_record_names_what_it_lacks(tmp_path):
+    folder, taskset = _record_folder(tmp_path, provenance={"qwen_tool_pass_rate": {}})
+    with pytest.raises(ValueError, match=r"measurement_provenance\.json: no record of "
+                                         r"qwen_tool_pass_rate's test-split runs a task"):
+        agent.python_tool_record(folder, taskset)
+    with pytest.raises(ValueError, match=r"test\.parquet: no column 'qwen_short_pass_rate'"):
+        agent.python_tool_record(folder, taskset, column="qwen_short_pass_rate")
+    (folder / "tool_test_pass_rates.csv").unlink()
+    with pytest.raises(ValueError, match=r"tool_test_pass_rates\.csv: no such file"):
+        agent.python_tool_record(folder, taskset)
+
+
+def test_the_committed_python_tool_record_agrees_with_its_files():
+    import pandas as pd
+
+    from mathagent import tasks
+
+    folder = paths.RESULTS_DIR / "qwen_features"
+    record = agent.python_tool_record(folder, paths.ARITHMETIC_QWEN_DIR)
+    tool = pd.read_csv(folder / "tool_test_pass_rates.csv")["qwen_tool_pass_rate"].mean()
+    bare = tasks.read_split(paths.ARITHMETIC_QWEN_DIR, "test")["qwen_bare_pass_rate"].mean()
+    assert (record.with_tool, record.without_tool) == (tool, bare)
+    assert (record.runs_with, record.runs_without) == (4, 8)
+    assert record.first_call()["tool_calls"].str.contains("execute_python_code").any()

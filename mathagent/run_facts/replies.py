@@ -19,9 +19,9 @@ def saved_replies(run: str | Path, steps: int | None = 2) -> pd.DataFrame:
     """The replies a run kept (``samples.jsonl``) of its first and last ``steps`` steps (every
     kept step where ``steps`` is None):
     ``step, question, truth, reward, words, response``. ``train-local`` keeps them; a Trinity
-    run keeps them where ``collect`` could read its experience buffer
-    (``mathagent.experiment.buffer``, no truth). A run that keeps none raises
-    :class:`RunError` saying so."""
+    run keeps them where its experience buffer was read (``python -m mathagent experiment``
+    reads it for every finished run with :mod:`mathagent.experiment.buffer`; no truth). A run
+    that keeps none raises :class:`RunError` saying so."""
     file = Path(run) / "samples.jsonl"
     if not file.is_file():
         raise RunError(f"{Path(run)}: no samples.jsonl (this run kept no replies)")

@@ -88,16 +88,16 @@ def replay_selector(run: str | Path, taskset: str | Path, lag: int = 0):
     selector after the last step, whose state a run that saved one (:func:`saved_selector`)
     can be set beside. ``lag`` feeds each step's pass rates that many steps late, as a
     selector fed before its next draw would not be (the selector returned then lacks the last
-    ``lag`` steps). Refused in one line: a negative lag, no table (a run collected before it
-    was written), a table without its columns, tasks without a task index."""
+    ``lag`` steps). Refused in one line: a negative lag, no table (a run whose experience
+    buffer was not read), a table without its columns, tasks without a task index."""
     if lag < 0:
         raise RunError(f"replay_selector: lag {lag}: a step's pass rates cannot come before it")
     file = Path(run) / BUFFER_TASKS
     try:
         fed = pd.read_csv(file, dtype={"taskset": str})
     except FileNotFoundError:
-        raise RunError(f"{file}: no such file (runs collected before collect wrote it have "
-                       "none)") from None
+        raise RunError(f"{file}: no such file (`python -m mathagent.experiment.buffer JOB OUT` "
+                       "writes it from the run's experience buffer)") from None
     missing = {"step", "taskset", "task_index", "pass_rate"} - set(fed.columns)
     if missing:
         raise RunError(f"{file}: no column(s) {', '.join(sorted(missing))}")
