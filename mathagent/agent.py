@@ -40,7 +40,6 @@ into a per-task :class:`CallMeter` so the batch runner can report them.
 from __future__ import annotations
 
 import copy
-import json
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -440,79 +439,6 @@ def recorded_transcript_table(run: dict, max_chars: int = 300):
                      "tool_calls": "; ".join(calls)})
     return pd.DataFrame(rows)
 
-
-
-@dataclass
-class ToolRecord:
-    """The Python tool on a recorded policy: its conversations (``runs``, one row each in
-    ``summary``) and the held-out pass rates measured with the tool and with no tool offered,
-    with the runs a task behind each."""
-
-    runs: list[dict]
-    summary: Any
-    with_tool: float
-    without_tool: float
-    runs_with: int
-    runs_without: int
-
-    def report(self) -> str:
-        """Two lines: how many recorded runs called the tool and their mean reward; the two
-        held-out pass rates."""
-        calls = self.summary["tool_calls"]
-        return (f"{int((calls > 0).sum())} of {len(self.summary)} recorded runs called the "
-                f"tool, {int(calls.sum())} calls in all; mean reward "
-                f"{self.summary['reward'].mean():.2f}\n"
-                f"held-out pass rate with the Python tool {self.with_tool:.3f}, with no tool "
-                f"offered {self.without_tool:.3f} ({self.runs_with} and {self.runs_without} "
-                "runs a task)")
-
-    def first_call(self, max_chars: int = 300):
-        """The first recorded run that called the tool, turn by turn (None if none did)."""
-        called = self.summary.index[self.summary["tool_calls"] > 0]
-        return None if len(called) == 0 else recorded_transcript_table(
-            self.runs[int(called[0])], max_chars)
-
-
-def python_tool_record(folder: str | Path, taskset: str | Path,
-                       column: str = "qwen_bare_pass_rate",
-                       tool_column: str = "qwen_tool_pass_rate") -> ToolRecord:
-    """Read the Python tool's record in ``folder`` (``results/qwen_features``): the
-    conversations ``transcripts_python_tool.jsonl``, the held-out pass rates with the tool
-    (``tool_test_pass_rates.csv``, column ``tool_column``, its runs a task in
-    ``measurement_provenance.json``) and, from the taskset's test split, those with no tool
-    offered (``column``, its runs a task in the taskset's provenance). A missing file, column
-    or record is one ``ValueError`` naming it."""
-    import pandas as pd
-
-    from mathagent.tasks import read_provenance, read_split
-
-    folder, taskset = Path(folder), Path(taskset)
-    files = {name: folder / name for name in ("transcripts_python_tool.jsonl",
-                                              "tool_test_pass_rates.csv",
-                                              "measurement_provenance.json")}
-    for file in files.values():
-        if not file.is_file():
-            raise ValueError(f"{file}: no such file")
-    runs = read_transcripts(files["transcripts_python_tool.jsonl"])
-    tool = pd.read_csv(files["tool_test_pass_rates.csv"])
-    bare = read_split(taskset, "test")
-    for frame, name, where in ((tool, tool_column, files["tool_test_pass_rates.csv"]),
-                               (bare, column, taskset / "test.parquet")):
-        if name not in frame.columns:
-            raise ValueError(f"{where}: no column {name!r}")
-
-    def runs_a_task(record: dict, key: str, where: Path) -> int:
-        try:
-            return int(record[key]["test"]["n"])
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"{where}: no record of {key}'s test-split runs a task") from None
-
-    measured = json.loads(files["measurement_provenance.json"].read_text())
-    return ToolRecord(
-        runs, recorded_summary(runs), float(tool[tool_column].mean()), float(bare[column].mean()),
-        runs_a_task(measured, tool_column, files["measurement_provenance.json"]),
-        runs_a_task(read_provenance(taskset).get("measurements", {}), column,
-                    taskset / "provenance.json"))
 
 def transcript_table(transcript: Transcript):
     """The conversation as a ``pandas.DataFrame``: ``turn, role, name, text, tool_calls``."""

@@ -204,25 +204,6 @@ def _evaluated_run(folder, name: str, selector: str, seed: int, evals: dict) -> 
                                                  "eval_taskset": "arith"}))
 
 
-
-def test_local_step_times_caption_each_table_with_its_gpu_and_file(tmp_path):
-    folder = paths.RESULTS_DIR / "grpo_h200"
-    tables = run_facts.local_step_times(folder)
-    bench = json.loads((folder / "bench_grpo_step_h200.json").read_text())
-    params = json.loads((folder / "params.json").read_text())
-    (alone_caption, alone), (shared_caption, shared) = tables.items()
-    assert bench["device"] in alone_caption and "bench_grpo_step_h200.json" in alone_caption
-    assert shared_caption.startswith(f"{params['parallel_runs']} runs sharing the "
-                                     f"{params['device']}")
-    assert alone.loc["time_step_s", "seconds / value"] == round(bench["phases"]["time_step_s"], 2)
-    assert sorted(shared.index) == sorted(params["selectors"])
-    # a folder without its files, or a benchmark without its phases: one line naming the file
-    with pytest.raises(results.RunError, match=r"bench_grpo_step_h200\.json: no such file"):
-        run_facts.local_step_times(tmp_path)
-    (tmp_path / "bench.json").write_text(json.dumps({"device": "GPU"}))
-    with pytest.raises(results.RunError, match=r"bench\.json: no key\(s\) phases"):
-        run_facts.local_step_times(tmp_path, bench="bench.json")
-
 def test_paired_evaluations_put_a_seeds_two_runs_side_by_side(tmp_path):
     """Per seed with both selectors, per evaluation both made: the accuracies, the difference,
     the bound on its evaluation error from each run's own task count, and z. A seed with one

@@ -51,7 +51,7 @@ Modules:
 * :mod:`~mathagent.grpo.tool_rollout`: rollouts with the Python tool (multi-turn);
 * :mod:`~mathagent.grpo.checkpoint`: kill-safe checkpoints, their saving and recovery;
 * :mod:`~mathagent.grpo.trainer`: :class:`GRPOTrainer`, the explore/train loop;
-* :mod:`~mathagent.grpo.commands`: the ``train-local`` command, and notebook 04's GPU runs.
+* :mod:`~mathagent.grpo.commands`: the ``train-local`` command.
 """
 
 from mathagent.grpo.checkpoint import (
@@ -65,13 +65,7 @@ from mathagent.grpo.checkpoint import (
     checkpoint_step,
     recover_checkpoint,
 )
-from mathagent.grpo.commands import (
-    GpuRuns,
-    gpu_runs,
-    target_reward_runs,
-    train_local_command,
-    train_local_parser,
-)
+from mathagent.grpo.commands import target_reward_runs, train_local_command, train_local_parser
 from mathagent.grpo.config import (
     DEFAULT_CONFIG,
     SMOKE_CONFIG,
@@ -105,7 +99,6 @@ __all__ = [
     "CheckpointMixin",
     "EvalConfig",
     "GRPOTrainer",
-    "GpuRuns",
     "ModelConfig",
     "NoCheckpointError",
     "PythonTool",
@@ -120,7 +113,6 @@ __all__ = [
     "atomic_write_text",
     "checkpoint_step",
     "clipped_pg_loss",
-    "gpu_runs",
     "group_advantages",
     "last_logged_step",
     "load_config",

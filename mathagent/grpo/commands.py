@@ -1,5 +1,4 @@
-"""The ``train-local`` command: read the config file and the flags, then run the trainer; and
-the runs notebook 04 makes with it on a GPU (:func:`gpu_runs`).
+"""The ``train-local`` command: read the config file and the flags, then run the trainer.
 
 Every flag that sets a value of the config (``--selector``, ``--steps``, ``--device``, ...)
 is derived from its field in :mod:`mathagent.grpo.config`; a flag left out keeps the file's
@@ -11,10 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
 
 from mathagent import paths
 from mathagent.grpo.config import DEFAULT_CONFIG, SMOKE_CONFIG, TrainConfig, load_config
@@ -84,27 +80,6 @@ def train_local_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _one_run(selector: str, seed: int, steps: int, device: str, config: str | Path | None,
-             progress: bool, stamp: str, target: float | None = None) -> Path:
-    """One ``train-local`` run in its own folder under ``runs/train_local``; a run that fails
-    raises ``RuntimeError`` (``train-local`` has printed why) and leaves no empty folder."""
-    aim = "" if target is None else f"-t{target:g}"
-    out = paths.new_run_dir(paths.TRAIN_LOCAL_RUNS, f"{stamp}-{selector}{aim}-s{seed}")
-    parser = argparse.ArgumentParser()
-    train_local_parser(parser)
-    argv = ["--selector", selector, "--seed", str(seed), "--steps", str(steps),
-            "--device", device, "--out", str(out)]
-    argv += [] if target is None else ["--target-reward", str(target)]
-    argv += ["--config", str(config)] if config is not None else []
-    argv += [] if progress else ["--no-progress"]
-    if train_local_command(parser.parse_args(argv)) != 0:
-        if not any(out.iterdir()):   # refused before it began: no empty run folder left
-            out.rmdir()
-        what = "" if target is None else f" with target_reward {target:g}"
-        raise RuntimeError(f"train-local{what} failed")
-    return out
-
-
 def target_reward_runs(targets: tuple[float, ...] | list[float], *, selector: str, seed: int,
                        steps: int, device: str, config: str | Path | None = None,
                        progress: bool = False) -> list[Path]:
@@ -113,45 +88,19 @@ def target_reward_runs(targets: tuple[float, ...] | list[float], *, selector: st
     comparison notebook 04 makes on a GPU. Each run gets its own folder
     ``runs/train_local/<time>-<selector>-t<target>-s<seed>``; a run that fails raises
     ``RuntimeError`` naming its target (``train-local`` has printed why)."""
+    runs = []
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return [_one_run(selector, seed, steps, device, config, progress, stamp, target)
-            for target in targets]
-
-
-@dataclass
-class GpuRuns:
-    """The ``train-local`` runs notebook 04 makes on a GPU, read side by side (``overview``),
-    or, where nothing ran, why (``skipped``)."""
-
-    runs: list[Path]
-    overview: pd.DataFrame | None = None
-    skipped: str | None = None
-
-
-def gpu_runs(selector: str, targets: tuple[float, ...] | list[float], *, seed: int,
-             steps: int, device: str | None = None, config: str | Path | None = None,
-             progress: bool = False) -> GpuRuns:
-    """Notebook 04's runs on one GPU: ``selector`` trained once per pass rate in ``targets``
-    when it aims at one (``difficulty_based``, ``bots``: :func:`target_reward_runs`), else once
-    with the config's settings; the runs read side by side by
-    :func:`mathagent.run_facts.runs_overview`. ``device`` None takes the GPU when torch sees
-    one; without one nothing runs and ``skipped`` gives the command to run on a GPU."""
-    from mathagent.run_facts import runs_overview
-    from mathagent.selectors import uses_feedback
-
-    if device is None:
-        import torch
-
-        if not torch.cuda.is_available():
-            return GpuRuns([], skipped=(
-                "no CUDA device here; on one GPU run `python -m mathagent train-local "
-                f"--selector {selector} --device cuda --steps {steps}` (results/grpo_h200/ "
-                "holds such runs, with their step times)"))
-        device = "cuda"
-    if uses_feedback(selector):
-        runs = target_reward_runs(targets, selector=selector, seed=seed, steps=steps,
-                                  device=device, config=config, progress=progress)
-    else:
-        runs = [_one_run(selector, seed, steps, device, config, progress,
-                         time.strftime("%Y%m%d-%H%M%S"))]
-    return GpuRuns(runs, runs_overview(runs, device, paths.runs_dir()))
+    for target in targets:
+        out = paths.new_run_dir(paths.TRAIN_LOCAL_RUNS, f"{stamp}-{selector}-t{target:g}-s{seed}")
+        parser = argparse.ArgumentParser()
+        train_local_parser(parser)
+        argv = ["--selector", selector, "--target-reward", str(target), "--seed", str(seed),
+                "--steps", str(steps), "--device", device, "--out", str(out)]
+        argv += ["--config", str(config)] if config is not None else []
+        argv += [] if progress else ["--no-progress"]
+        if train_local_command(parser.parse_args(argv)) != 0:
+            if not any(out.iterdir()):   # refused before it began: no empty run folder left
+                out.rmdir()
+            raise RuntimeError(f"train-local with target_reward {target:g} failed")
+        runs.append(out)
+    return runs

@@ -7,9 +7,8 @@ file and what is missing. The modules:
 
 * :mod:`.tables`: per run, the first and last steps' means and the held-out accuracy
   (:func:`first_last`, :func:`eval_means`); a Trinity-RFT folder's start-up, step and memory
-  figures (:func:`engine_timing`, :func:`whole_step`); a ``train-local`` folder's step times
-  (:func:`local_step_times`); a seed's runs side by side at each evaluation against a bound on
-  the evaluations' standard error (:func:`paired_evaluations`);
+  figures (:func:`engine_timing`, :func:`whole_step`); a seed's runs side by side at each
+  evaluation against a bound on the evaluations' standard error (:func:`paired_evaluations`);
   which planned runs of an experiment exist is :func:`mathagent.report.progress`;
 * :mod:`.selection`: a run's selector rebuilt from its ``launched_config.yaml``
   (:func:`run_selector`), loaded with the beliefs it saved (:func:`saved_selector`), replayed on
@@ -46,7 +45,6 @@ from mathagent.run_facts.tables import (
     eval_means,
     first_last,
     fmt,
-    local_step_times,
     pair_peaks,
     paired_evaluations,
     run_folders,
@@ -58,7 +56,7 @@ from mathagent.run_facts.yours import runs_made_here, runs_overview, your_runs
 
 __all__ = ["BUFFER_TASKS", "CURVE_COLUMNS", "REPLAY_COLUMNS", "RUN_NAME", "VLLM_INIT",
     "batch_levels", "beliefs_by_level", "engine_timing", "eval_means",
-    "first_last", "fmt", "kept_batches", "local_step_times", "paired_evaluations",
+    "first_last", "fmt", "kept_batches", "paired_evaluations",
     "pair_peaks", "replay_selector", "replays", "replies_report", "replies_text",
     "run_folders", "run_selector", "runs_keeping_replies", "runs_made_here",
     "runs_overview", "saved_replies", "saved_selector", "span", "vllm_init", "whole_step",

@@ -1,10 +1,9 @@
 """Figures of run folders the notebooks print: the first and last steps of each run, held-out
-means, a Trinity-RFT folder's start-up, step and memory figures, a ``train-local`` folder's step
-times, a seed's runs side by side at each evaluation."""
+means, a Trinity-RFT folder's start-up, step and memory figures, a seed's runs side by side at
+each evaluation."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -255,40 +254,6 @@ def whole_step(folder: str | Path) -> str:
             return span(_row(table, "whole step", folder / name), 1)
     raise RunError(f"{folder}: neither phase_times.csv nor step_times.csv")
 
-
-
-def _read_json(file: Path, *keys: str) -> dict:
-    """A JSON object with ``keys``; a missing file, bad JSON or a missing key is one
-    :class:`RunError` naming the file."""
-    if not file.is_file():
-        raise RunError(f"{file}: no such file")
-    try:
-        data = json.loads(file.read_text())
-    except ValueError as exc:
-        raise RunError(f"{file}: not valid JSON ({exc})") from None
-    missing = [k for k in keys if not isinstance(data, dict) or k not in data]
-    if missing:
-        raise RunError(f"{file}: no key(s) {', '.join(missing)}")
-    return data
-
-
-def local_step_times(folder: str | Path, bench: str = "bench_grpo_step_h200.json"
-                     ) -> dict[str, pd.DataFrame]:
-    """The step times of a ``train-local`` results folder (``results/grpo_h200``), each table
-    under a caption that names its GPU and its file: one run alone, the median of each phase
-    and value per step that ``benchmarks/bench_grpo_step.py`` wrote into ``bench``; then the
-    folder's runs sharing one GPU (``params.json`` says how many), the median per step of each
-    arm (``timing.csv``)."""
-    folder = Path(folder)
-    alone = _read_json(folder / bench, "device", "phases")
-    params = _read_json(folder / "params.json", "device", "parallel_runs")
-    shared = _read_csv(folder / "timing.csv")
-    return {
-        f"one run alone on the {alone['device']}, median per step ({bench})":
-            pd.Series(alone["phases"], dtype=float).round(2).to_frame("seconds / value"),
-        f"{params['parallel_runs']} runs sharing the {params['device']}, median per step "
-        "(timing.csv)": shared.round(2),
-    }
 
 def run_folders(results_folders: Iterable[str | Path]) -> list[Path]:
     """The run folders (those with a ``params.json``) of each results folder, sorted."""

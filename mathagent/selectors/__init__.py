@@ -14,8 +14,7 @@ importing this package.
 * ``checks``: a selector's name, feature keys and kwargs checked before anything is built;
 * ``bots``: :class:`BOTSSelector`, BOTS with a complete, resumable state (the model);
 * ``state``: a Trinity selector's complete state, saved and restored;
-* ``trinity``: :func:`make_selector` and :class:`SelectorDriver`, Trinity's selectors driven
-  (and :func:`capability_after_agreeing_batch`, the capability estimate's weak spot);
+* ``trinity``: :func:`make_selector` and :class:`SelectorDriver`, Trinity's selectors driven;
 * ``operator``: :class:`RolloutPassRateCalculator`, the per-rollout feedback operator.
 """
 
@@ -44,12 +43,7 @@ from mathagent.selectors.state import (
     load_selector_state,
     selector_state,
 )
-from mathagent.selectors.trinity import (
-    SelectorDriver,
-    capability_after_agreeing_batch,
-    make_selector,
-    trace_selectors,
-)
+from mathagent.selectors.trinity import SelectorDriver, make_selector, trace_selectors
 
 __all__ = [
     "BOTSSelector",
@@ -70,7 +64,6 @@ __all__ = [
     "TRINITY_SELECTORS",
     "TaskColumns",
     "canonical_name",
-    "capability_after_agreeing_batch",
     "check_selector_settings",
     "load_selector_state",
     "make_selector",

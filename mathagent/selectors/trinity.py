@@ -29,7 +29,7 @@ from trinity.buffer.selector.selector import BaseSelector
 from trinity.common.config import DataSelectorConfig
 
 from mathagent.selectors.bots import BOTSSelector
-from mathagent.selectors.capabilities import BOTS_PATH, FEATURE_COUNT, SelectorConfigError
+from mathagent.selectors.capabilities import BOTS_PATH, FEATURE_COUNT
 from mathagent.selectors.checks import check_selector_settings
 from mathagent.selectors.features import DataSource, _as_index_list, read_features
 from mathagent.selectors.state import load_selector_state, selector_state
@@ -242,38 +242,4 @@ def trace_selectors(dataset: datasets.Dataset, names: Sequence[str], steps: int 
                 values = [float(v) for v in observe(idx, rng)]
                 driver.feedback(idx, values)
             rows.append({"selector": name, "step": t, "tasks": idx, "pass_rates": values})
-    return pd.DataFrame(rows)
-
-
-def capability_after_agreeing_batch(dataset: datasets.Dataset, feature_keys: Sequence[str],
-                                    settings: Sequence[tuple[str, Mapping[str, Any]]], *,
-                                    kwargs: Mapping[str, Any], seed: int = 0,
-                                    repeat_times: int | None = None, size: int = 2,
-                                    pass_rate: float = 0.5) -> pd.DataFrame:
-    """The capability coefficient ``c`` of a feedback selector after one batch whose tasks'
-    two references agree (weak equals strong): the batch of the weak spot notebook 03 shows,
-    where the estimate divides by a zero gap.
-
-    The batch is the first ``size`` tasks of ``dataset`` whose two ``feature_keys`` columns
-    are equal, each fed back at ``pass_rate``. ``settings`` lists the selectors to try as
-    ``(name, extra kwargs)``, each built fresh with ``kwargs`` and its extras (e.g.
-    ``("bots", {"min_anchor_gap": 0.05})``). One row per setting: ``selector``, the extras,
-    ``batch`` and ``c after one batch``. Refused in one line: fewer than two feature keys, or
-    no task whose references agree."""
-    keys = list(feature_keys)
-    if len(keys) < 2:
-        raise SelectorConfigError(f"capability_after_agreeing_batch: needs the weak and the "
-                                  f"strong reference column, got {keys}")
-    features = read_features(dataset, keys[:2])[0]
-    batch = np.flatnonzero(features[:, 0] == features[:, 1])[:size].tolist()
-    if not batch:
-        raise SelectorConfigError(f"capability_after_agreeing_batch: no task has {keys[0]} "
-                                  f"equal to {keys[1]}")
-    rows = []
-    for name, extra in settings:
-        driver = make_selector(name, dataset, keys, seed=seed, repeat_times=repeat_times,
-                               **{**kwargs, **extra})
-        driver.feedback(batch, [pass_rate] * len(batch))
-        rows.append({"selector": name, **extra, "batch": batch,
-                     "c after one batch": driver.capability()})
     return pd.DataFrame(rows)

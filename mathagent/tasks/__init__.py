@@ -69,7 +69,6 @@ from mathagent.tasks.arithmetic import (
     WEAK_KEY,
     ArithmeticOptions,
     LevelSet,
-    check_regeneration,
     generate_arithmetic,
     generate_level_set,
     level_counts,
@@ -77,7 +76,7 @@ from mathagent.tasks.arithmetic import (
     level_table,
     write_arithmetic,
 )
-from mathagent.tasks.arithmetic_qwen import QWEN_FEATURE_KEYS, QWEN_LEVELS, tier_table
+from mathagent.tasks.arithmetic_qwen import QWEN_FEATURE_KEYS, QWEN_LEVELS
 from mathagent.tasks.cells import BOXED_SENTENCE
 from mathagent.tasks.commands import (
     generate_arithmetic_command,
@@ -123,8 +122,7 @@ from mathagent.tasks.stats import (
 
 __all__ = [
     "AimeOptions", "ARITHMETIC_FEATURE_KEYS", "ARITHMETIC_SEED", "ArithmeticOptions",
-    "BOXED_SENTENCE", "check_regeneration", "convert_aime", "convert_guru",
-    "difficulty_correlations",
+    "BOXED_SENTENCE", "convert_aime", "convert_guru", "difficulty_correlations",
     "download_from_hub", "fill_value", "format_report", "generate_arithmetic",
     "generate_arithmetic_command", "generate_arithmetic_parser", "generate_level_set",
     "GENERATOR_COLUMNS", "GURU_FILE", "GURU_PASS_RATE_KEYS", "GURU_REPO", "GuruOptions",
@@ -135,5 +133,5 @@ __all__ = [
     "prepare_guru", "probe_hub", "QWEN_FEATURE_KEYS", "QWEN_LEVELS", "raw_prompt_text",
     "read_provenance", "read_raw_table", "read_split", "read_with_trinity", "reference_tasksets",
     "save_taskset", "sha256_file", "SMOLLM2_LEVELS", "SPLITS", "STRONG_KEY", "TasksetError",
-    "tier_table", "TRAIN_LEVEL_SHARES", "validate_taskset", "WEAK_KEY", "write_arithmetic",
+    "TRAIN_LEVEL_SHARES", "validate_taskset", "WEAK_KEY", "write_arithmetic",
 ]

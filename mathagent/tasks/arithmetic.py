@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from mathagent import __version__, paths
 from mathagent.outputs import OutputError, one_line
 from mathagent.settings import SettingsError, setting
-from mathagent.tasks.io import read_provenance, read_split, save_taskset
+from mathagent.tasks.io import save_taskset
 from mathagent.tasks.schema import ANSWER, ANSWER_PREFIX, QUESTION, TasksetError
 
 # Measured on the bundled arithmetic taskset by ``measure-pass-rates`` (weak, strong).
@@ -328,44 +328,6 @@ def generate_level_set(levels: str | LevelSet = "smollm2", n_train: int | None =
                                train_shares=chosen.train_shares,
                                test_shares=chosen.test_shares, progress=progress)
 
-
-
-def check_regeneration(folder: str | Path) -> pd.DataFrame:
-    """Check that the arithmetic taskset in ``folder`` is what its ``provenance.json``
-    command writes: generate its level set afresh with the recorded sizes and seed and compare
-    the generator's columns (:data:`GENERATOR_COLUMNS`) split by split; measured columns are
-    left aside. Returns one row per split: ``tasks`` and ``identical`` (always True). A folder
-    that differs raises :class:`TasksetError` naming the split and the first row that differs;
-    a folder that is not a generated arithmetic taskset, naming its provenance file."""
-    folder = Path(folder)
-    prov = read_provenance(folder)
-    options = prov.get("options") if isinstance(prov, dict) else None
-    if prov.get("kind") != "arithmetic" or not isinstance(options, dict):
-        raise TasksetError(f"{folder / 'provenance.json'}: not a generated arithmetic taskset "
-                           "(no kind 'arithmetic' with its options)")
-    # the first level set's provenance predates the key "levels"
-    fresh = generate_level_set(options.get("levels", prov.get("level_set", "smollm2")),
-                               options.get("n_train"), options.get("n_test"),
-                               options.get("seed"))
-    rows = []
-    columns = list(GENERATOR_COLUMNS)
-    for split, generated in fresh.items():
-        saved = read_split(folder, split)
-        missing = [c for c in columns if c not in saved.columns]
-        if missing:
-            raise TasksetError(f"{folder / (split + '.parquet')}: no column(s) "
-                               f"{', '.join(missing)}")
-        if len(saved) != len(generated):
-            raise TasksetError(f"{folder / (split + '.parquet')}: {len(saved)} tasks, a fresh "
-                               f"generation has {len(generated)}")
-        differs = ~(saved[columns].reset_index(drop=True)
-                    == generated[columns].reset_index(drop=True)).all(axis=1)
-        if differs.any():
-            row = int(differs.to_numpy().argmax())
-            raise TasksetError(f"{folder / (split + '.parquet')}: row {row} differs from a fresh "
-                               f"generation ({prov.get('command', 'generate-arithmetic')})")
-        rows.append({"split": split, "tasks": len(saved), "identical": True})
-    return pd.DataFrame(rows).set_index("split")
 
 @dataclass
 class ArithmeticOptions:

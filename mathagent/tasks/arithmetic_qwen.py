@@ -37,11 +37,9 @@ from __future__ import annotations
 
 import ast
 import operator
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from mathagent import paths
 from mathagent.tasks.arithmetic import (
@@ -56,7 +54,6 @@ from mathagent.tasks.arithmetic import (
     LevelSet,
     _pick,
 )
-from mathagent.tasks.schema import TasksetError
 
 # The two references, both the policy itself with no tool offered (temperature 1, strict judge):
 # weak at 128 new tokens, strong at 512 (the candidate training setting, so the strong column is
@@ -324,29 +321,3 @@ QWEN_LEVELS = LevelSet(
         "test_shares": "equal per level, so each level's held-out accuracy has the same "
                        "precision",
     })
-
-
-def tier_table(splits: Mapping[str, pd.DataFrame],
-               columns: Sequence[str] = QWEN_FEATURE_KEYS) -> pd.DataFrame:
-    """Per split and tier of the ``qwen`` level set: its levels, its tasks, their share of the
-    split and the mean of each pass-rate column in ``columns`` (a column a split lacks is left
-    out). A split without ``difficulty``, or with a difficulty that is no level of the set, is
-    refused in one line naming the split."""
-    tier_of = {lv.difficulty: lv.tier for lv in QWEN_LEVEL_TABLE}
-    rows = []
-    for split, frame in splits.items():
-        if "difficulty" not in frame.columns:
-            raise TasksetError(f"{split}: no 'difficulty' column")
-        unknown = sorted(set(frame["difficulty"].tolist()) - set(tier_of))
-        if unknown:
-            raise TasksetError(f"{split}: difficulty {unknown[0]} is no level of the qwen "
-                               f"level set (0-{len(QWEN_LEVEL_TABLE) - 1})")
-        tiers = frame["difficulty"].map(tier_of)
-        for tier in TIERS:
-            part = frame[tiers == tier]
-            levels = [d for d, t in tier_of.items() if t == tier]
-            row = {"split": split, "tier": tier, "levels": f"{levels[0]}-{levels[-1]}",
-                   "tasks": len(part), "share": len(part) / len(frame) if len(frame) else 0.0}
-            row.update({c: float(part[c].mean()) for c in columns if c in frame.columns})
-            rows.append(row)
-    return pd.DataFrame(rows).set_index(["split", "tier"])

@@ -69,35 +69,3 @@ def test_target_reward_runs_trains_one_run_per_target(small_model, tmp_path, mon
         grpo.target_reward_runs((1.5,), selector="bots", seed=0, steps=1, device="cpu",
                                 config=small_model.config)
     assert run_facts.runs_made_here(tmp_path / "runs") == runs   # no empty folder left
-
-
-def test_gpu_runs_without_a_gpu_run_nothing_and_say_what_to_run(tmp_path, monkeypatch):
-    """Notebook 04's GPU cell on a machine where torch sees no GPU (forced here, so the test
-    says the same on a GPU machine): no run, no folder, and the command to run on a GPU."""
-    import torch
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setenv("MATHAGENT_RUNS", str(tmp_path / "runs"))
-    made = grpo.gpu_runs("difficulty_based", (0.8, 0.5), seed=0, steps=60)
-    assert made.runs == [] and made.overview is None
-    assert made.skipped.startswith("no CUDA device here")
-    assert "`python -m mathagent train-local --selector difficulty_based --device cuda " \
-           "--steps 60`" in made.skipped
-    assert not (tmp_path / "runs").exists()
-
-
-@pytest.mark.slow
-def test_gpu_runs_train_a_target_selector_per_target_and_another_once(small_model, tmp_path,
-                                                                      monkeypatch):
-    """The same cell's runs, on the CPU with one step of the small model (conftest.py): a
-    selector that aims at a pass rate trains once per target, one that does not, once."""
-    monkeypatch.setenv("MATHAGENT_RUNS", str(tmp_path / "runs"))
-    aimed = grpo.gpu_runs("bots", (0.8, 0.5), seed=0, steps=1, device="cpu",
-                          config=small_model.config)
-    assert [r.name.rsplit("-", 3)[1:] for r in aimed.runs] == [["bots", "t0.8", "s0"],
-                                                               ["bots", "t0.5", "s0"]]
-    assert aimed.overview["selector"].tolist() == ["bots", "bots"] and aimed.skipped is None
-    plain = grpo.gpu_runs("random", (0.8, 0.5), seed=1, steps=1, device="cpu",
-                          config=small_model.config)
-    assert len(plain.runs) == 1 and plain.runs[0].name.endswith("-random-s1")
-    assert plain.overview["steps"].tolist() == [1] and plain.overview["source"].tolist() == ["cpu"]

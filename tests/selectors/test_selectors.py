@@ -478,30 +478,6 @@ def test_min_anchor_gap_guards_the_capability_estimate():
     assert guarded.state_dict()["skipped_cap_updates"] == 1
 
 
-
-def test_capability_after_agreeing_batch_shows_the_estimate_explode_and_the_guard():
-    """Notebook 03's table: one batch of tasks whose references agree, fed back at 0.25 (the
-    weak spot of the test above), through each setting built fresh."""
-    weak = [0.1, 0.5, 0.25, 0.5, 0.0, 0.5]
-    strong = [0.9, 0.5, 0.75, 0.5, 0.5, 0.5]
-    data = datasets.Dataset.from_dict({WEAK: weak, STRONG: strong})
-    kw = {"m": 8, "lamb": 0.1, "rho": 0.1, "tau": 0, "do_sample": False}
-    table = S.capability_after_agreeing_batch(
-        data, [WEAK, STRONG], [("difficulty_based", {}), ("bots", {}),
-                               ("bots", {"min_anchor_gap": 0.05})],
-        kwargs=kw, seed=0, repeat_times=8, pass_rate=0.25)
-    assert table["selector"].tolist() == ["difficulty_based", "bots", "bots"]
-    assert table["batch"].tolist() == [[1, 3]] * 3   # the first two tasks whose references agree
-    c = table["c after one batch"].tolist()
-    assert c[0] == c[1] == pytest.approx(-250000.0) and pd.isna(c[2])   # guarded: no estimate
-    assert table["min_anchor_gap"].isna().tolist() == [True, True, False]
-    with pytest.raises(S.SelectorConfigError, match=f"no task has {WEAK} equal to {STRONG}"):
-        S.capability_after_agreeing_batch(
-            datasets.Dataset.from_dict({WEAK: [0.1], STRONG: [0.9]}), [WEAK, STRONG],
-            [("bots", {})], kwargs=kw)
-    with pytest.raises(S.SelectorConfigError, match="needs the weak and the strong"):
-        S.capability_after_agreeing_batch(data, [WEAK], [("bots", {})], kwargs=kw)
-
 def test_trace_selectors_replays_the_same_feedback_stream():
     data = taskset(30)
     truth = np.linspace(0.05, 0.95, 30)
