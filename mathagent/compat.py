@@ -56,6 +56,8 @@ The fixes:
   each of Trinity-RFT 0.6.0's workflow runners takes K tasks at once instead of one
   (:mod:`mathagent.runner_slots`), for evaluation; asynchronous runners only. Not yet measured
   in a run; ``benchmarks/engine_step_levers.sh`` measures it.
+* ``verl-step-profile`` (a diagnostic, only with ``MATHAGENT_PROFILE_STEP=N``): the trainer
+  profiles the Nth call of its update and of its log-prob pass (:mod:`mathagent.step_profile`).
 """
 
 from __future__ import annotations
@@ -70,7 +72,9 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from mathagent import step_profile
 from mathagent.runner_slots import SLOTS_ENV
+from mathagent.step_profile import PROFILE_ENV
 
 #: The dotted path Ray imports in each worker process (``runtime_env`` of the driver).
 WORKER_SETUP_HOOK = "mathagent.compat.worker_setup"
@@ -397,7 +401,21 @@ def _apply_runner_slots() -> bool:
 
 
 #: The environment variables that turn the levers on; ``train`` passes them to every Ray worker.
-LEVER_ENVS = (EARLY_EXPLORER_ENV, IPC_SYNC_ENV, VARLEN_ATTN_ENV, SLOTS_ENV)
+LEVER_ENVS = (EARLY_EXPLORER_ENV, IPC_SYNC_ENV, VARLEN_ATTN_ENV, SLOTS_ENV, PROFILE_ENV)
+
+
+def lever_problem(name: str, value: str | None) -> str | None:
+    """Why ``value`` is not a setting lever ``name`` reads, or None: 0 or 1, a number of slots
+    for the runner slots, a step for the profile."""
+    from mathagent.runner_slots import slots_problem
+
+    if value is None:
+        return None
+    if name == SLOTS_ENV:
+        return slots_problem(value)
+    if name == PROFILE_ENV:
+        return step_profile.profile_problem(value)
+    return None if value in ("0", "1") else f"{name}={value!r} is neither 0 (off) nor 1 (on)"
 
 
 def levers_set() -> dict[str, str]:
@@ -444,6 +462,14 @@ FIXES: tuple[Fix, ...] = (
                 "(mathagent.runner_slots)",
         module="trinity.explorer.scheduler", apply=_apply_runner_slots,
         condition=_runner_slots_unwanted),
+    Fix(name="verl-step-profile", package="verl", versions=("0.8.0",),
+        upstream="verl 0.8.0 workers/engine_workers.py TrainingWorker: no profile of a step "
+                 "without its driver's start_profile, which Trinity-RFT 0.6.0 never calls",
+        summary="diagnostic: torch.profiler over one training step's update and log-prob pass "
+                "(mathagent.step_profile)",
+        module="verl.workers.engine_workers",
+        apply=lambda: step_profile.install(importlib.import_module("verl.workers.engine_workers")),
+        condition=step_profile.unwanted),
 )
 
 

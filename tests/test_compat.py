@@ -136,7 +136,8 @@ def test_other_versions_and_missing_packages_are_skipped_untouched():
                              "transformers-varlen-attention": ["skipped",
                                                                "transformers is not installed"],
                              "trinity-runner-slots": ["skipped",
-                                                      "trinity-rft is not installed"]}
+                                                      "trinity-rft is not installed"],
+                             "verl-step-profile": ["skipped", "verl is not installed"]}
     assert out["untouched"] == [True, True]
     assert out["marked"] == [False, False]
 

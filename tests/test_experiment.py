@@ -157,7 +157,11 @@ seeds: [0]
     ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\nenv: 0",
      "env: a mapping of lever variables"),
     ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\n"
-     "env: {MATHAGENT_VARLEN_ATTN: true}", "env.MATHAGENT_VARLEN_ATTN: 'true' is neither 0"),
+     "env: {MATHAGENT_VARLEN_ATTN: true}",
+     "env.MATHAGENT_VARLEN_ATTN: MATHAGENT_VARLEN_ATTN='true' is neither 0"),
+    ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\n"
+     "env: {MATHAGENT_PROFILE_STEP: 0}",
+     "env.MATHAGENT_PROFILE_STEP: MATHAGENT_PROFILE_STEP='0' is not the number of a step"),
     ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\n"
      "env: {MATHAGENT_RUNNER_SLOTS: many}", "env.MATHAGENT_RUNNER_SLOTS: MATHAGENT_RUNNER_SLOTS='many'"),
     ("out: x\narms: {random: configs/config_random_qwen.yaml}\nseeds: [0]\nsteps: 3",

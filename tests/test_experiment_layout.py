@@ -81,6 +81,24 @@ def test_a_committed_run_lays_out_as_it_was_committed(tmp_path):
         lay_out(run, out, NO_APPS)
 
 
+def test_a_profiled_run_carries_its_profile_summaries_and_tables_not_its_traces(tmp_path):
+    run = job_from(QWEN_RUN, tmp_path, (QWEN_RUN / "train_log_excerpt.txt").read_text())
+    profile = tmp_path / "runs" / "profile"
+    profile.mkdir(parents=True)
+    for name in ("infer_batch_call3.json", "infer_batch_call3.txt",
+                 "infer_batch_call3.trace.json.gz"):
+        (profile / name).write_text(name)
+    run = Finished(run.name, run.job, run.launched_config, run.log, 0.0, 0.0, profile=profile)
+    dest = lay_out(run, tmp_path / "out", NO_APPS, buffer_seconds=1)
+    assert sorted(p.name for p in (dest / "profile").iterdir()) == [
+        "infer_batch_call3.json", "infer_batch_call3.txt"]
+    # a run without a profile has no profile folder
+    unprofiled = Finished("plain", run.job, run.launched_config, run.log, 0.0, 0.0,
+                          profile=tmp_path / "nowhere")
+    assert not (lay_out(unprofiled, tmp_path / "out", NO_APPS, buffer_seconds=1)
+                / "profile").exists()
+
+
 def _log_line(t: datetime, text: str, actor: str = "(Explorer pid=1)") -> str:
     return f"\x1b[36m{actor}\x1b[0m INFO {t:%m-%d %H:%M:%S} [x.py:1] {text}"
 

@@ -203,16 +203,14 @@ def print_plan(spec: Spec, planned: list[Planned], schedules: dict, timed: Path)
 
 def check_levers(spec: Spec) -> None:
     """Every variable of the spec's ``env`` is a lever of :mod:`mathagent.compat`, with a value
-    the lever reads (0 or 1; a number of slots for the runner slots)."""
-    from mathagent.compat import LEVER_ENVS
-    from mathagent.runner_slots import SLOTS_ENV, slots_problem
+    the lever reads (:func:`mathagent.compat.lever_problem`)."""
+    from mathagent.compat import LEVER_ENVS, lever_problem
 
     for key, value in (spec.env or {}).items():
         if key not in LEVER_ENVS:
             raise SpecError(f"{spec.path}: env.{key}: not a lever of mathagent.compat "
                             f"({', '.join(LEVER_ENVS)})")
-        wrong = slots_problem(value) if key == SLOTS_ENV else (
-            None if value in ("0", "1") else f"{value!r} is neither 0 (off) nor 1 (on)")
+        wrong = lever_problem(key, value)
         if wrong:
             raise SpecError(f"{spec.path}: env.{key}: {wrong}")
 

@@ -7,8 +7,10 @@ excerpt (the launch report and the lines that mark each phase), Trinity's whole 
 ``Config`` as it printed it, ``timings.json`` (start-up milestones, peak GPU memory per role,
 the seconds of every step, read from the log) and, from the run's experience buffer
 (:mod:`mathagent.experiment.buffer`), ``samples.jsonl``, ``buffer_steps.csv`` and
-``buffer_tasks.csv``. :func:`lay_out` writes it under a hidden name and renames it into place
-once whole, so a folder named after a run is a finished run.
+``buffer_tasks.csv``; where the run was profiled (``MATHAGENT_PROFILE_STEP``,
+:mod:`mathagent.step_profile`), ``profile/`` with each profiled call's summary and table (its
+trace stays in the work folder). :func:`lay_out` writes it under a hidden name and renames it
+into place once whole, so a folder named after a run is a finished run.
 
 Beside the run folders, from *every* run folder in ``OUT`` (:func:`write_tables`): the median
 time of each phase (``phase_times.csv``), the start-up milestones (``startup.csv``), the peak
@@ -155,7 +157,7 @@ BUFFER_SECONDS = 300
 class Finished:
     """What a finished run left: Trinity's job folder (``params.json``, ``monitor/``,
     ``buffer/``), the config ``train`` handed to ``tune()``, the log of ``train`` and its start
-    and end (Unix times)."""
+    and end (Unix times); ``profile``, the folder of its step profile, if any."""
 
     name: str
     job: Path
@@ -163,6 +165,7 @@ class Finished:
     log: Path
     started: float
     ended: float
+    profile: Path | None = None
 
 
 def lay_out(run: Finished, out: Path, apps: pd.DataFrame, tokenizer: Path | None = None,
@@ -192,6 +195,9 @@ def lay_out(run: Finished, out: Path, apps: pd.DataFrame, tokenizer: Path | None
     for f in ("explorer_meta.json", "trainer_meta.json"):
         if (run.job / f).is_file():
             shutil.copyfile(run.job / f, tmp / f)
+    if run.profile is not None and run.profile.is_dir():
+        shutil.copytree(run.profile, tmp / "profile",
+                        ignore=shutil.ignore_patterns("*.trace.json.gz"))
     said = buffer_samples(run.job, tmp, tokenizer, buffer_seconds)
     print(f"[{datetime.now():%H:%M:%S}] {run.name}: {said}", flush=True)
     log = run.log.read_text(errors="replace")

@@ -257,7 +257,8 @@ def finish(active: Active, out: Path, work: Path, model: Path,
         return False
     finished = Finished(run.name, Path(params["checkpoint_job_dir"]),
                         records[-1].with_name("trinity_config.yaml"),
-                        active.folder / "train.log", active.started, ended)
+                        active.folder / "train.log", active.started, ended,
+                        profile=active.folder / "runs" / "profile")
     try:
         dest = lay_out(finished, out, read_apps(work / GPU_APPS), tokenizer=model)
     except (OSError, ValueError) as exc:   # its files stay; the next call starts it again

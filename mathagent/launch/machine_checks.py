@@ -122,9 +122,9 @@ TESTED_VERSIONS = {"trinity-rft": "0.6.0", "verl": "0.8.0", "agentscope": "1.0.2
 
 def check_versions(config: Any, result: Preflight) -> None:
     """Upstream versions against the tested ones; the colocate fix's version gate; the
-    runner-slots lever's setting."""
+    levers' settings."""
     from mathagent import runner_slots
-    from mathagent.compat import installed_version
+    from mathagent.compat import LEVER_ENVS, installed_version, lever_problem
 
     found = {name: installed_version(name) for name in TESTED_VERSIONS}
     off = [f"{n} {v} (tested: {TESTED_VERSIONS[n]})" for n, v in found.items()
@@ -132,6 +132,9 @@ def check_versions(config: Any, result: Preflight) -> None:
     if off:
         result.notes.append("versions differ from the tested set: " + ", ".join(off))
     trinity = found["trinity-rft"]
+    for name in LEVER_ENVS:
+        if name != runner_slots.SLOTS_ENV and lever_problem(name, os.environ.get(name)):
+            result.problems.append(lever_problem(name, os.environ.get(name)))
     slots_problem = runner_slots.slots_problem(os.environ.get(runner_slots.SLOTS_ENV))
     mode = str(getattr(config.explorer.concurrent_mode, "value", config.explorer.concurrent_mode))
     if slots_problem is None and runner_slots.slots() > 1 and mode not in ("asynchronous",
