@@ -241,6 +241,27 @@ def anchor_lines(anchor: dict) -> str:
     return "\n".join(rows)
 
 
+def lever_mismatch(before: Path, after: Path, levers: str) -> str | None:
+    """Where the runs' recorded levers (``params.json``'s ``levers``; runs laid out before it
+    was recorded have none, and pass) contradict ``LEVER_SETS[levers]``: the before run with
+    one of its variables set, or the after run without it."""
+    switches = {word.split("=")[0]: word.split("=")[1] for _, setting, _ in LEVER_SETS[levers]
+                for word in setting.split() if word.startswith("MATHAGENT_")}
+    for folder, want in ((before, False), (after, True)):
+        try:
+            recorded = json.loads((folder / "params.json").read_text()).get("levers")
+        except (OSError, ValueError):
+            return f"{folder / 'params.json'}: missing or not JSON"
+        if recorded is None:
+            continue
+        for name, value in switches.items():
+            if (recorded.get(name) == value) != want:
+                have = f"{name}={recorded[name]}" if name in recorded else f"no {name}"
+                return (f"{folder / 'params.json'}: ran with {have}, but --levers {levers} "
+                        f"compares runs {'with' if want else 'without'} {name}={value}")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="laid-out Trinity-RFT run folders")
@@ -266,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {folder}: no timings.json (not a laid-out Trinity-RFT run)",
                   file=sys.stderr)
             return 2
+    wrong = lever_mismatch(args.runs[0], args.runs[-1], args.levers)
+    if wrong:
+        print(f"error: {wrong}", file=sys.stderr)
+        return 2
     try:
         anchor = json.loads(args.anchor.read_text())
         anchor_figures(anchor)

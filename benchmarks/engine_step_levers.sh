@@ -16,23 +16,31 @@
 #    whether the run with the levers learns as the committed run of its arm and seed did.
 #
 # Writes benchmarks/engine_step/{anchor_levers.json,levers/,fast8/,same_learning_levers.png}
-# and benchmarks/bench_engine_step_levers.md. About 8 minutes a run on an H200 (the committed
-# fast run's start-up and steps). A run stopped midway starts again from scratch at the next
-# call; a finished one is kept.
+# and benchmarks/bench_engine_step_levers.md. A run takes about the committed fast run's
+# start-up and 8 of its steps (benchmarks/engine_step/fast/random_seed0/timings.json). A run
+# stopped midway starts again from scratch at the next call; a finished one is kept. The levers
+# come from the specs only: any set in this shell are unset for the runs.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 PY=${PYTHON:-python}
 DIR=benchmarks/engine_step
+# each spec sets its own levers: none may come from this shell
+CLEAN=(env -u MATHAGENT_VARLEN_ATTN -u MATHAGENT_RUNNER_SLOTS -u MATHAGENT_IPC_SYNC
+       -u MATHAGENT_PROFILE_STEP)
 
 LEVERS=1
-"$PY" -m pytest tests/test_varlen_attention.py -q -p no:cacheprovider || LEVERS=0
+"${CLEAN[@]}" "$PY" -m pytest tests/test_varlen_attention.py -q -p no:cacheprovider
+case $? in
+  0) ;;
+  1) LEVERS=0; echo "engine_step_levers.sh: a varlen check failed; the run with the levers is left out" >&2 ;;
+  *) echo "engine_step_levers.sh: tests/test_varlen_attention.py did not run (pytest's exit above)" >&2; exit 1 ;;
+esac
 "$PY" benchmarks/engine_anchor.py --out "$DIR/anchor_levers.json" || exit 1
-if [ "$LEVERS" = 1 ]; then
-  "$PY" -m mathagent experiment "$DIR/spec_levers.yaml" || LEVERS=0
-else
-  echo "engine_step_levers.sh: the varlen checks failed; the run with the levers is left out" >&2
+if [ "$LEVERS" = 1 ] && ! "${CLEAN[@]}" "$PY" -m mathagent experiment "$DIR/spec_levers.yaml"; then
+  LEVERS=0; echo "engine_step_levers.sh: the run with the levers failed (its log is named above)" >&2
 fi
-"$PY" -m mathagent experiment "$DIR/spec_fast8.yaml" || exit 1
+"${CLEAN[@]}" "$PY" -m mathagent experiment "$DIR/spec_fast8.yaml" || {
+  echo "engine_step_levers.sh: the run without the levers failed (its log is named above)" >&2; exit 1; }
 [ "$LEVERS" = 1 ] || exit 1
 "$PY" benchmarks/bench_engine_step.py "$DIR/fast8/random_seed0" "$DIR/levers/random_seed0" \
   --anchor "$DIR/anchor_levers.json" --labels "no levers" levers --levers levers \

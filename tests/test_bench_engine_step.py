@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 
 import pytest
 
@@ -85,3 +86,26 @@ def test_the_levers_name_their_switch_and_read_their_rows(bench, tmp_path):
     for cells in levers:
         assert cells[3:] == rows[cells[2]][1:3]  # the phase's before and after
     assert not any("IPC" in name for name in rows)
+
+
+def test_a_before_run_that_ran_with_the_levers_is_refused_in_one_line(bench, tmp_path, capsys):
+    """``params.json`` records a run's levers; a "before" with them set (exported in the shell
+    that started it) is no before."""
+    before, after = tmp_path / "before", tmp_path / "after"
+    for folder, levers in ((before, {"MATHAGENT_VARLEN_ATTN": "1"}),
+                           (after, {"MATHAGENT_VARLEN_ATTN": "1",
+                                    "MATHAGENT_RUNNER_SLOTS": "4"})):
+        shutil.copytree(STEP / "fast" / "random_seed0", folder,
+                        ignore=shutil.ignore_patterns("monitor"))
+        params = json.loads((folder / "params.json").read_text())
+        (folder / "params.json").write_text(json.dumps({**params, "levers": levers}))
+    args = [str(before), str(after), "--anchor", str(STEP / "anchor.json"), "--levers", "levers"]
+    assert bench.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {before / 'params.json'}: ran with MATHAGENT_VARLEN_ATTN=1, but "
+                   "--levers levers compares runs without MATHAGENT_VARLEN_ATTN=1"]
+    params = json.loads((before / "params.json").read_text())
+    (before / "params.json").write_text(json.dumps({**params, "levers": {}}))
+    assert bench.lever_mismatch(before, after, "levers") is None
+    (after / "params.json").write_text(json.dumps({**params, "levers": {}}))
+    assert "ran with no MATHAGENT_VARLEN_ATTN" in bench.lever_mismatch(before, after, "levers")

@@ -97,3 +97,16 @@ def test_every_variable_the_package_reads_has_a_row():
     read = {m for p in PACKAGE.rglob("*.py")
             for m in re.findall(r"\"(MATHAGENT_[A-Z0-9_]+)\"", p.read_text())}
     assert read - SET_BY_THE_PACKAGE - documented == set()
+
+
+def test_every_documented_variable_is_read_somewhere():
+    """A row of commands.md names a variable the package, its tests or its configs read (a
+    quoted name in Python, ``${oc.env:NAME}`` in a config): no row outlives its variable."""
+    rows = table((DOCS / "commands.md").read_text(), "| variable | meaning |")
+    documented = {first.strip("`") for first, _ in rows}
+    root = PACKAGE.parent
+    sources = [*PACKAGE.rglob("*.py"), *(root / "tests").rglob("*.py")]
+    read = {m for p in sources for m in re.findall(r"[\"']([A-Z][A-Z0-9_]+)[\"']", p.read_text())}
+    read |= {m for p in (root / "configs").glob("*.yaml")
+             for m in re.findall(r"oc\.env:([A-Z][A-Z0-9_]+)", p.read_text())}
+    assert documented - read == set()
