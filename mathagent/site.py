@@ -6,13 +6,15 @@ fresh run first), converts each with nbconvert's ``lab`` template, adds the proj
 the ``docs/`` pages, the results READMEs and any other markdown file of the repository these
 link to, and writes ``index.html`` beside them. Links between pages (a README's link to a
 doc, a notebook or a results folder) point at the pages; images a page shows are copied into
-``figures/``, other files of the repository a page links to into ``files/``; a notebook's
-figures stay inside its page.
+``figures/``, other files of the repository a page links to into ``files/`` at their path in
+the repository (committed files only: one git ignores or over :data:`MAX_FILE_BYTES` fails the
+build); a notebook's figures stay inside its page. A link to a tutorial notebook the run has
+no executed copy of (a run of some notebooks) becomes its text, "(not in this run)".
 
 The build refuses to leave a page a reader would trip over, with one line naming it: a
 notebook with an error output, an image that does not load (a missing file, an empty or
 undecodable embedded image, one fetched from the network), an empty page, a relative link
-that leads to no page or file of the site. The folder is
+that leads to no page or file of the site, two files that would be one page. The folder is
 written beside its target and swapped in (:mod:`mathagent.outputs`), so a failed build
 leaves the previous site as it was. ``--browser-check`` then opens every page in headless
 Chromium and runs the same checks on the page as a reader's browser shows it, saving a
