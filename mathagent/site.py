@@ -6,13 +6,15 @@ fresh run first), converts each with nbconvert's ``lab`` template, adds the proj
 the ``docs/`` pages, the results READMEs and any other markdown file of the repository these
 link to, and writes ``index.html`` beside them. Links between pages (a README's link to a
 doc, a notebook or a results folder) point at the pages; images a page shows are copied into
-``figures/``, other files of the repository a page links to into ``files/``; a notebook's
-figures stay inside its page.
+``figures/``, other files of the repository a page links to into ``files/`` at their path in
+the repository (committed files only: one git ignores or over :data:`MAX_FILE_BYTES` fails the
+build); a notebook's figures stay inside its page. A link to a tutorial notebook the run has
+no executed copy of (a run of some notebooks) becomes its text, "(not in this run)".
 
 The build refuses to leave a page a reader would trip over, with one line naming it: a
 notebook with an error output, an image that does not load (a missing file, an empty or
 undecodable embedded image, one fetched from the network), an empty page, a relative link
-that leads to no page or file of the site. The folder is
+that leads to no page or file of the site, two files that would be one page. The folder is
 written beside its target and swapped in (:mod:`mathagent.outputs`), so a failed build
 leaves the previous site as it was. ``--browser-check`` then opens every page in headless
 Chromium and runs the same checks on the page as a reader's browser shows it, saving a
@@ -27,17 +29,20 @@ import binascii
 import html
 import re
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from mathagent import paths
 
 #: Pages shorter than this many visible characters count as empty.
 MIN_TEXT_CHARS = 80
+#: A linked file larger than this is not copied into a site (the build fails, naming it).
+MAX_FILE_BYTES = 5_000_000
 
 
 class SiteError(ValueError):
@@ -189,22 +194,63 @@ def _linked_markdown(body: str, source: Path, known: set[Path], root: Path) -> l
     return found
 
 
+def _git_ignored(path: Path, root: Path) -> bool:
+    """Whether git ignores ``path`` in the repository at ``root`` (a tracked file is never
+    ignored); False where ``root`` is no git work tree."""
+    try:
+        proc = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", str(path)],
+                              capture_output=True)
+    except FileNotFoundError:  # no git: no ignore rules to read
+        return False
+    return proc.returncode == 0
+
+
+def _copyable(path: Path, root: Path, label: Path, link: str) -> Path:
+    """``path`` relative to ``root``, for a copy into the site; a :class:`SiteError` naming
+    the page and the link for a file git ignores or one over :data:`MAX_FILE_BYTES`."""
+    rel = path.relative_to(root)
+    if _git_ignored(path, root):
+        raise SiteError(f"{label}: link {link!r} is to {rel.as_posix()}, a file git ignores; "
+                        "a site copies committed files only")
+    if (size := path.stat().st_size) > MAX_FILE_BYTES:
+        raise SiteError(f"{label}: link {link!r} is to {rel.as_posix()}, {size / 1e6:.1f} MB, "
+                        f"over the {MAX_FILE_BYTES / 1e6:.0f} MB a site copies")
+    return rel
+
+
+_ANCHOR = re.compile(r'<a\s[^>]*?href="([^"#]*)(?:#[^"]*)?"[^>]*>(.*?)</a>', re.S)
+
+
+def _unlink_absent_notebooks(body: str, base: Path, absent: set[Path]) -> str:
+    """A link to a tutorial notebook that has no page in this site (a run of some notebooks)
+    becomes its text, saying so."""
+    def unlink(m: re.Match) -> str:
+        path = _linked_path(base, html.unescape(m.group(1)))
+        return m.group(0) if path not in absent else f"{m.group(2)} (not in this run)"
+
+    return _ANCHOR.sub(unlink, body)
+
+
 def _rewrite(body: str, page: Page, pages_by_source: dict[Path, str], out: Path,
-             root: Path) -> str:
+             root: Path, label: Path, figures: dict[Path, Path]) -> str:
     """Point links at the site's pages, copy the other files of the repository a page links
-    to into files/ and the images it shows into figures/. A link to nothing is left as it
-    is, for the link check to name."""
+    to into files/ (at their path in the repository) and the images it shows into figures/
+    (``figures`` maps each copy to its source, so two images of one name stay two). A link to
+    nothing is left as it is, for the link check to name; ``label`` names the page in an
+    error."""
     base = page.source.parent
 
     def href(m: re.Match) -> str:
-        path = _linked_path(base, html.unescape(m.group(2)))
+        link = html.unescape(m.group(2))
+        path = _linked_path(base, link)
         if path is None:
             return m.group(0)
         name = _page_for(path, pages_by_source)
         if name is None and path.is_file() and path.is_relative_to(root):
-            name = "files/" + "_".join(path.relative_to(root).parts)
-            (out / "files").mkdir(exist_ok=True)
-            shutil.copyfile(path, out / name)
+            rel = _copyable(path, root, label, link)
+            (out / "files" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, out / "files" / rel)
+            name = "files/" + quote(rel.as_posix())
         return m.group(0) if name is None else m.group(1) + name + m.group(3)
 
     def img(m: re.Match) -> str:
@@ -214,10 +260,16 @@ def _rewrite(body: str, page: Page, pages_by_source: dict[Path, str], out: Path,
         path = (base / src).resolve()
         if not path.is_file():
             return m.group(0)  # left broken: the check names it
-        dest = out / "figures" / f"{Path(page.name).stem}-{path.name}"
+        if path.is_relative_to(root):
+            _copyable(path, root, label, src)
+        dest, n = out / "figures" / f"{Path(page.name).stem}-{path.name}", 1
+        while figures.get(dest, path) != path:  # another image of this name: a new name
+            n += 1
+            dest = dest.with_name(f"{Path(page.name).stem}-{n}-{path.name}")
+        figures[dest] = path
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, dest)
-        return m.group(1) + f"figures/{dest.name}" + m.group(3)
+        return m.group(1) + "figures/" + quote(dest.name) + m.group(3)
 
     return _IMG_SRC.sub(img, _HREF.sub(href, body))
 
@@ -348,38 +400,55 @@ def build_site(run_dir: str | Path, out_dir: str | Path, markdown: list[Path] | 
     if not notebooks:
         raise SiteError(f"{run_dir}: no executed notebooks (NN_*.ipynb) to build from")
     markdown = markdown_sources(root) if markdown is None else list(markdown)
-    pages = [Page(_page_name(nb, root), "", nb.resolve(), "notebook") for nb in notebooks]
-    pages += [_markdown_page(md, root) for md in markdown]
+    pages: list[Page] = []
+    by_source: dict[Path, str] = {}  # a source file (or a link's alias of one) -> its page
+    by_name: dict[str, str] = {"index.html": "the site's index"}  # a page -> its source
+
+    def add(page: Page) -> None:
+        if page.source in by_source:
+            return  # given twice, or already found through a link
+        if page.name in by_name:
+            raise SiteError(f"{page.source} and {by_name[page.name]} both want the page "
+                            f"{page.name}; rename one")
+        pages.append(page)
+        by_source[page.source], by_name[page.name] = page.name, str(page.source)
+
     # a link to a notebook (its source in notebooks/, or its executed copy beside another)
-    # means the notebook's page
-    by_source = {(root / "notebooks" / p.source.name): p.name
-                 for p in pages if p.kind == "notebook"}
-    by_source.update({p.source: p.name for p in pages})
+    # means the notebook's page; one to a tutorial notebook not in this run, no page
+    for nb in notebooks:
+        add(Page(_page_name(nb, root), "", nb.resolve(), "notebook"))
+        by_source.setdefault((root / "notebooks" / nb.name).resolve(), _page_name(nb, root))
+    tutorial = _source_notebooks(root)
+    missing = sorted({p.name for p in tutorial} - {nb.name for nb in notebooks})
+    absent = {(folder / name).resolve() for name in missing
+              for folder in (root / "notebooks", run_dir)}
+    for md in markdown:
+        add(_markdown_page(md, root))
     check_output(out, force)
     bodies: dict[str, str] = {}
-    while len(bodies) < len(pages):  # pages added as rendered ones are found to link to them
-        for page in [p for p in pages if p.name not in bodies]:
-            render = render_notebook if page.kind == "notebook" else render_markdown
-            page.title, bodies[page.name] = render(page.source)
-            for linked in _linked_markdown(bodies[page.name], page.source, set(by_source), root):
-                pages.append(_markdown_page(linked, root))
-                by_source[pages[-1].source] = pages[-1].name
+    for page in pages:  # the list grows as rendered pages are found to link to other files
+        render = render_notebook if page.kind == "notebook" else render_markdown
+        page.title, body = render(page.source)
+        bodies[page.name] = _unlink_absent_notebooks(body, page.source.parent, absent)
+        for linked in _linked_markdown(bodies[page.name], page.source, set(by_source), root):
+            add(_markdown_page(linked, root))
+    figures: dict[Path, Path] = {}
     with staged_output(out) as tmp:
         for page in pages:
-            body = _rewrite(bodies[page.name], page, by_source, tmp, root)
+            body = _rewrite(bodies[page.name], page, by_source, tmp, root, out / page.name,
+                            figures)
             (tmp / page.name).write_text(_with_nav(body, page.name, pages), encoding="utf-8")
             page.figures, page.chars = check_page(tmp / page.name, out / page.name)
         (tmp / "index.html").write_text(_index(pages, run_dir), encoding="utf-8")
         links = check_links(tmp, out)
-    expected = {p.name for p in _source_notebooks()}
-    missing = sorted(expected - {nb.name for nb in notebooks})
     return SiteReport(out, pages, time.perf_counter() - start, missing, links)
 
 
-def _source_notebooks() -> list[Path]:
+def _source_notebooks(root: Path) -> list[Path]:
+    """The tutorial's notebooks, in ``root``'s notebooks/."""
     from mathagent.tutorial import tutorial_notebooks
 
-    return tutorial_notebooks()
+    return tutorial_notebooks(root / "notebooks")
 
 
 # -- the command -----------------------------------------------------------------------------

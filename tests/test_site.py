@@ -9,6 +9,7 @@ import io
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -122,8 +123,8 @@ def test_linked_markdown_becomes_a_page_and_a_linked_file_is_copied(tree, tmp_pa
     assert [p.name for p in report.pages][-2:] == ["data_README.html", "data_set_README.html"]
     guide = (out / "docs_guide.html").read_text()
     assert 'href="data_README.html"' in guide
-    assert 'href="files/mathagent_tool.py#L1"' in guide
-    assert (out / "files" / "mathagent_tool.py").read_text() == "print('the tool')\n"
+    assert 'href="files/mathagent/tool.py#L1"' in guide
+    assert (out / "files" / "mathagent" / "tool.py").read_text() == "print('the tool')\n"
     assert 'href="data_set_README.html"' in (out / "data_README.html").read_text()
     second = (out / "02_b.html").read_text()
     assert 'href="01_a.html"' in second and 'href="docs_guide.html"' in second
@@ -237,3 +238,116 @@ def test_the_newest_tutorial_run_is_the_default(tmp_path):
     assert site.latest_tutorial_run(tmp_path).name == "20250102-000000"  # 03 holds nothing
     with pytest.raises(site.SiteError, match="no executed tutorial run"):
         site.latest_tutorial_run(tmp_path / "empty")
+
+
+def test_a_partial_run_builds_and_a_link_to_a_notebook_not_in_it_is_plain_text(tree, tmp_path):
+    """A run of some notebooks (``tutorial --only 02``) builds: a link to a tutorial notebook
+    without a page here (from a notebook or from the README) says it is not in this run
+    instead of leading nowhere; a link to a notebook the tutorial does not have stays dead."""
+    root, run = tree
+    for name in ("01_a", "02_b", "03_c"):
+        _notebook(root / "notebooks" / f"{name}.ipynb", nbformat.v4.new_markdown_cell(name))
+    (run / "01_a.ipynb").unlink()
+    _notebook(run / "02_b.ipynb", nbformat.v4.new_markdown_cell(
+        f"# 02 · second\n\n{PROSE}\n\nThen [the third](03_c.ipynb#top)."))
+    out = tmp_path / "site"
+    report = _build(root, run, out)
+    assert [p.name for p in report.pages][:2] == ["02_b.html", "README.html"]
+    assert report.missing == ["01_a.ipynb", "03_c.ipynb"]
+    assert "not in this run (no executed copy): 01_a.ipynb, 03_c.ipynb" in report.summary()
+    second, readme = (out / "02_b.html").read_text(), (out / "README.html").read_text()
+    assert "03_c.ipynb" not in second and "the third (not in this run)" in second
+    assert "01_a.ipynb" not in readme and "the first notebook (not in this run)" in readme
+    assert 'href="docs_guide.html"' in readme  # the other links stay links
+    assert report.links == site.check_links(out)
+    _notebook(run / "02_b.ipynb", nbformat.v4.new_markdown_cell(
+        f"# 02 · second\n\n{PROSE}\n\nThen [a typo](04_d.ipynb)."))
+    with pytest.raises(site.SiteError, match=r"02_b.html: dead link '04_d.ipynb'"):
+        _build(root, run, tmp_path / "site2")
+
+
+def test_a_source_given_twice_is_one_page(tree, tmp_path):
+    root, run = tree
+    report = site.build_site(run, tmp_path / "site", root=root,
+                             markdown=[root / "README.md", root / "README.md",
+                                       root / "docs" / ".." / "README.md"])
+    assert [p.name for p in report.pages].count("README.html") == 1
+
+
+@pytest.mark.parametrize("clash", ["docs_guide.md", "index.md", "01_a.md"])
+def test_two_sources_for_one_page_name_fail_in_one_line_naming_both(tree, tmp_path, clash):
+    """docs/guide.md and a linked docs_guide.md both want docs_guide.html; index.md wants the
+    index; 01_a.md wants the notebook's page. The build names both files."""
+    root, run = tree
+    (root / clash).write_text(f"# clash\n\n{PROSE}\n")
+    (root / "docs" / "guide.md").write_text(f"# guide\n\n{PROSE}\n\n[clash](../{clash})\n")
+    with pytest.raises(site.SiteError) as caught:
+        _build(root, run, tmp_path / "site")
+    message = str(caught.value)
+    assert "\n" not in message and f"{root / clash}" in message
+    page = Path(clash).with_suffix(".html").name
+    assert f"both want the page {page}" in message
+    other = {"index.md": "the site's index", "01_a.md": str(run / "01_a.ipynb"),
+             "docs_guide.md": str(root / "docs" / "guide.md")}[clash]
+    assert other in message
+    assert not (tmp_path / "site").exists()
+
+
+def _git_repo(root):
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / ".gitignore").write_text("runs/\n.env\n")
+
+
+def test_linked_files_keep_their_paths_under_files(tree, tmp_path):
+    """a/b_c.py and a_b/c.py are two files: both are copied, neither over the other."""
+    root, run = tree
+    for rel, text in (("a/b_c.py", "one\n"), ("a_b/c.py", "two\n"), ("a b/c.py", "three\n")):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / "docs" / "guide.md").write_text(
+        f"# guide\n\n{PROSE}\n\n[one](../a/b_c.py), [two](../a_b/c.py), [three](../a%20b/c.py)\n")
+    out = tmp_path / "site"
+    report = _build(root, run, out)
+    guide = (out / "docs_guide.html").read_text()
+    assert 'href="files/a/b_c.py"' in guide and 'href="files/a_b/c.py"' in guide
+    assert 'href="files/a%20b/c.py"' in guide
+    assert [(out / "files" / rel).read_text() for rel in ("a/b_c.py", "a_b/c.py", "a b/c.py")] \
+        == ["one\n", "two\n", "three\n"]
+    assert report.links == site.check_links(out)
+
+
+def test_two_images_of_one_name_are_two_figures(tree, tmp_path):
+    root, run = tree
+    (root / "results" / "other").mkdir()
+    (root / "results" / "other" / "curve.png").write_bytes(base64.b64decode(_png()) + b"\0")
+    (root / "docs" / "guide.md").write_text(
+        f"# guide\n\n{PROSE}\n\n![a](../results/demo/curve.png) "
+        "![b](../results/other/curve.png)\n")
+    out = tmp_path / "site"
+    _build(root, run, out)
+    shown = re.findall(r'src="(figures/[^"]+)"', (out / "docs_guide.html").read_text())
+    assert len(set(shown)) == 2
+    assert {(out / s).read_bytes() for s in shown} == {
+        (root / "results" / d / "curve.png").read_bytes() for d in ("demo", "other")}
+
+
+@pytest.mark.parametrize("link", ["../.env", "../runs/x/weights.bin", "../big.bin"])
+def test_an_ignored_or_oversized_linked_file_is_refused_in_one_line(tree, tmp_path, link):
+    """A site holds committed files only: a linked file git ignores (runs/, .env) or one over
+    the size cap fails the build, naming the page and the link, and nothing is copied."""
+    root, run = tree
+    _git_repo(root)
+    (root / ".env").write_text("SECRET=1\n")
+    (root / "runs" / "x").mkdir(parents=True)
+    (root / "runs" / "x" / "weights.bin").write_bytes(b"w")
+    with open(root / "big.bin", "wb") as big:  # sparse: a size, no data written
+        big.truncate(site.MAX_FILE_BYTES + 1)
+    (root / "docs" / "guide.md").write_text(f"# guide\n\n{PROSE}\n\n[the file]({link})\n")
+    out = tmp_path / "site"
+    with pytest.raises(site.SiteError) as caught:
+        _build(root, run, out)
+    message = str(caught.value)
+    assert message.startswith(f"{out / 'docs_guide.html'}: link {link!r} ")
+    assert "\n" not in message
+    assert ("git ignores" if link != "../big.bin" else "MB") in message
+    assert not out.exists()
