@@ -10,6 +10,8 @@ nothing is skipped silently. Figures are saved through :func:`mathagent.paths.fi
 which points into the run folder while the tutorial runs and into ``runs/notebooks``
 otherwise. An executed copy's links point from the folder it is written to
 (:func:`rebase_links`), so ``../docs/glossary.md`` still opens the glossary there.
+``tutorial --carry-prose DIR`` gives executed copies the notebooks' current prose
+(:func:`carry_prose`) where only their markdown has changed since they ran.
 """
 
 from __future__ import annotations
@@ -57,6 +59,40 @@ def rebase_links(text: str, source_dir: Path, out_dir: Path) -> str:
         return m.group(1) + moved + ("/" if target.endswith("/") else "") + hash_ + fragment
 
     return _MARKDOWN_LINK.sub(rebase, text)
+
+
+class ProseError(ValueError):
+    """An executed copy whose code is not its notebook's: its prose cannot be carried over."""
+
+
+def _code(cells) -> list[str]:
+    return [c.source for c in cells if c.cell_type == "code"]
+
+
+def carry_prose(notebook: Path, copy: Path) -> bool:
+    """Rewrite the executed ``copy`` of ``notebook`` with the notebook's markdown cells (links
+    rebased to the copy's folder) around the copy's own code cells and outputs, as they ran.
+    True when the copy changed. A copy whose code cells differ from the notebook's was
+    executed from other code: :class:`ProseError`, naming both (run the notebook again)."""
+    import nbformat
+
+    source, ran = nbformat.read(notebook, as_version=4), nbformat.read(copy, as_version=4)
+    if _code(source.cells) != _code(ran.cells):
+        raise ProseError(f"{copy}: its code cells are not those of {notebook}; run the "
+                         "notebook again (`python -m mathagent tutorial`) instead")
+    executed = iter(c for c in ran.cells if c.cell_type == "code")
+    cells = []
+    for cell in source.cells:
+        if cell.cell_type == "code":
+            cells.append(next(executed))
+        else:
+            cell.source = rebase_links(cell.source, notebook.parent, copy.parent)
+            cells.append(cell)
+    if [(c.cell_type, c.source) for c in cells] == [(c.cell_type, c.source) for c in ran.cells]:
+        return False
+    ran.cells = cells
+    nbformat.write(ran, copy)
+    return True
 
 
 @dataclass
@@ -154,16 +190,39 @@ def format_summary(results: list[NotebookResult], notebooks: list[Path], out_dir
     return "\n".join(lines)
 
 
+def carry_prose_command(notebooks: list[Path], folder: Path) -> int:
+    """``tutorial --carry-prose DIR``: one line a copy; 2 when a copy is missing or ran other
+    code (the copies before it are rewritten, those after it untouched)."""
+    for notebook in notebooks:
+        copy = folder / notebook.name
+        if not copy.is_file():
+            print(f"error: {copy}: no executed copy of {notebook.name}", file=sys.stderr)
+            return 2
+        try:
+            changed = carry_prose(notebook, copy)
+        except ProseError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        said = "prose carried over" if changed else "already the notebook's prose"
+        print(f"{copy}: {said}")
+    return 0
+
+
 def tutorial_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--smoke", action="store_true",
                         help="quick variant of every notebook (what the tests run)")
     parser.add_argument("--only", nargs="+", metavar="NN",
                         help="run only notebooks whose names start with these numbers")
     parser.add_argument("--out", type=Path, help="run folder (default runs/tutorial/<timestamp>)")
+    parser.add_argument("--carry-prose", type=Path, metavar="DIR",
+                        help="run nothing: give the executed copies in DIR the notebooks' "
+                             "current prose (their code must be the notebooks')")
 
 
 def tutorial_command(args: argparse.Namespace) -> int:
     notebooks = tutorial_notebooks()
+    if args.carry_prose is not None:
+        return carry_prose_command(notebooks, args.carry_prose)
     if args.only:
         notebooks = [nb for nb in notebooks if nb.name[:2] in set(args.only)]
     if not notebooks:

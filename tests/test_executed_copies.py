@@ -1,6 +1,8 @@
 """The executed GPU copies in results/notebooks_h200/ are the notebooks as they are now: the
-same code cells, in the same order (outputs and markdown aside). Re-execute them with
-``python -m mathagent tutorial --smoke`` on a GPU machine after changing a notebook's code."""
+same code cells, in the same order, and the same prose (links pointing from the copies'
+folder). Re-execute them with ``python -m mathagent tutorial --smoke`` on a GPU machine after
+changing a notebook's code; after changing only its prose,
+``python -m mathagent tutorial --carry-prose results/notebooks_h200``."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mathagent import paths
+from mathagent.tutorial import rebase_links
 
 NOTEBOOKS = sorted((paths.REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 COPIES = paths.RESULTS_DIR / "notebooks_h200"
@@ -45,6 +48,20 @@ def test_executed_copy_has_the_notebooks_code_cells(notebook):
     outputs = [c for c in json.loads(copy.read_text())["cells"]
                if c["cell_type"] == "code" and c.get("outputs")]
     assert outputs, f"{copy}: no outputs (not an executed copy)"
+
+
+def markdown_cells(path: Path) -> list[str]:
+    cells = json.loads(path.read_text())["cells"]
+    return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+            for c in cells if c["cell_type"] == "markdown"]
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_executed_copy_has_the_notebooks_prose(notebook):
+    want = [rebase_links(text, notebook.parent, COPIES) for text in markdown_cells(notebook)]
+    assert markdown_cells(COPIES / notebook.name) == want, (
+        f"{COPIES / notebook.name} has other prose than {notebook}: run `python -m mathagent "
+        f"tutorial --carry-prose {COPIES.relative_to(paths.REPO_ROOT)}`")
 
 
 def test_the_check_sees_a_changed_cell(tmp_path):

@@ -119,6 +119,38 @@ def test_an_executed_copys_links_point_from_the_folder_it_is_written_to(tmp_path
     assert tutorial.rebase_links(text, source, source) == text
 
 
+def test_prose_is_carried_into_an_executed_copy_around_its_outputs(tmp_path, capsys):
+    source, out = tmp_path / "notebooks", tmp_path / "results" / "ran"
+    source.mkdir()
+    out.mkdir(parents=True)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("Old words, [glossary](../docs/glossary.md)."),
+                nbformat.v4.new_code_cell("print(1)")]
+    nbformat.write(nb, source / "01_a.ipynb")
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n")]
+    nbformat.write(nb, out / "01_a.ipynb")
+    nb.cells[1].outputs = []
+    nb.cells[0].source = "New words, [glossary](../docs/glossary.md)."
+    nb.cells.append(nbformat.v4.new_markdown_cell("A new closing cell."))
+    nbformat.write(nb, source / "01_a.ipynb")
+    assert tutorial.carry_prose(source / "01_a.ipynb", out / "01_a.ipynb") is True
+    copy = nbformat.read(out / "01_a.ipynb", as_version=4)
+    assert [c.source for c in copy.cells] == [
+        "New words, [glossary](../../docs/glossary.md).", "print(1)", "A new closing cell."]
+    assert copy.cells[1].outputs[0].text == "1\n"   # the output as it ran
+    assert tutorial.carry_prose(source / "01_a.ipynb", out / "01_a.ipynb") is False
+    # a copy executed from other code is refused, and the command says so in one line
+    nb.cells[1].source = "print(2)"
+    nbformat.write(nb, source / "01_a.ipynb")
+    with pytest.raises(tutorial.ProseError, match="its code cells are not those of"):
+        tutorial.carry_prose(source / "01_a.ipynb", out / "01_a.ipynb")
+    assert tutorial.carry_prose_command([source / "01_a.ipynb"], out) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {out / '01_a.ipynb'}: its code cells")
+    assert tutorial.carry_prose_command([source / "01_a.ipynb"], tmp_path) == 2
+    assert "no executed copy of 01_a.ipynb" in capsys.readouterr().err
+
+
 def test_figure_dir_follows_the_run_folder(tmp_path, monkeypatch):
     monkeypatch.setenv(paths.RUN_DIR_ENV, str(tmp_path))
     assert paths.figure_dir() == tmp_path / "figures"
