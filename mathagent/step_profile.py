@@ -9,8 +9,8 @@ kernel choice), so 2 or 3 reads a steady step. Each profiled call writes three f
 ``$MATHAGENT_RUNS/profile/`` (the run's records folder; ``runs/profile/`` without it), named
 ``<entry point>_call<N>``:
 
-* ``.json``: wall seconds, the seconds the GPU spent in kernels and the kernel count, CPU
-  seconds in operators, and the top operators. A step whose kernels fill a small share of its
+* ``.json``: wall seconds, the seconds the GPU spent in kernels (summed over streams) and the
+  kernel count, CPU seconds in operators, and the top operators and kernels. A step whose kernels fill a small share of its
   wall time is held up on the host (Python, launches, copies, synchronisation), not by the GPU;
 * ``.txt``: torch.profiler's table of operators by their own GPU time (CPU time where no GPU);
 * ``.trace.json.gz``: the Chrome trace, for https://ui.perfetto.dev.
@@ -98,7 +98,7 @@ def write_profile(prof, label: str, out: Path, wall: float, cuda: bool) -> dict:
     kernels = [e for e in prof.events() if e.device_type.name == "CUDA"] if cuda else []
     summary = {
         "label": label, "wall_s": round(wall, 4), "cuda": cuda,
-        "gpu_kernel_s": round(sum(e.device_time_total for e in kernels) / 1e6, 4),
+        "gpu_kernel_s": round(sum(e.time_range.elapsed_us() for e in kernels) / 1e6, 4),
         "gpu_kernels": len(kernels),
         "cpu_operator_s": round(sum(e.self_cpu_time_total for e in events) / 1e6, 4),
         "top_operators": [{"name": e.key, "calls": e.count,
