@@ -36,7 +36,7 @@ def _train_step(model, opt):
     loss.backward()
     opt.step()
     opt.zero_grad()
-    return float(loss)
+    return float(loss.detach())
 
 
 def test_a_profiled_call_returns_its_value_and_writes_a_summary_a_table_and_a_trace(tmp_path):
