@@ -104,3 +104,18 @@ def test_the_compat_fix_is_a_lever_applied_only_when_asked(monkeypatch):
     monkeypatch.setenv(step_profile.PROFILE_ENV, "3")
     assert compat._gate(fix, {"verl": "0.8.0"}) is None
     assert compat._gate(fix, {"verl": "0.8.1"}).status == "skipped"
+
+
+def test_trains_preflight_refuses_a_step_that_is_not_a_number(monkeypatch):
+    from mathagent import launch
+
+    config = types.SimpleNamespace(
+        mode="both", explorer=types.SimpleNamespace(concurrent_mode="asynchronous"))
+    monkeypatch.setenv(step_profile.PROFILE_ENV, "third")
+    refused = launch.Preflight()
+    launch.check_versions(config, refused)
+    assert refused.problems == [step_profile.profile_problem("third")]
+    monkeypatch.setenv(step_profile.PROFILE_ENV, "3")
+    passed = launch.Preflight()
+    launch.check_versions(config, passed)
+    assert passed.problems == []

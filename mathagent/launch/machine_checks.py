@@ -133,9 +133,10 @@ def check_versions(config: Any, result: Preflight) -> None:
         result.notes.append("versions differ from the tested set: " + ", ".join(off))
     trinity = found["trinity-rft"]
     for name in LEVER_ENVS:
-        if name != runner_slots.SLOTS_ENV and lever_problem(name, os.environ.get(name)):
-            result.problems.append(lever_problem(name, os.environ.get(name)))
-    slots_problem = runner_slots.slots_problem(os.environ.get(runner_slots.SLOTS_ENV))
+        if name != runner_slots.SLOTS_ENV:
+            wrong = lever_problem(name, os.environ.get(name))
+            result.problems += [wrong] if wrong else []
+    slots_problem = lever_problem(runner_slots.SLOTS_ENV, os.environ.get(runner_slots.SLOTS_ENV))
     mode = str(getattr(config.explorer.concurrent_mode, "value", config.explorer.concurrent_mode))
     if slots_problem is None and runner_slots.slots() > 1 and mode not in ("asynchronous",
                                                                             "multi-threading"):
