@@ -42,6 +42,8 @@ def tutorial_notebooks(folder: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
 
 # a markdown link or image, ](target), or an HTML one, href="target" / src="target"
 _MARKDOWN_LINK = re.compile(r'(\]\(|(?:href|src)=")([^)\s"]+)')
+# a fenced code block or an inline code span (kept whole by re.split: a capturing group)
+_CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.S)
 
 
 def rebase_links(text: str, source_dir: Path, out_dir: Path) -> str:
@@ -58,7 +60,10 @@ def rebase_links(text: str, source_dir: Path, out_dir: Path) -> str:
         moved = Path(os.path.relpath(source_dir.resolve() / target, out_dir.resolve())).as_posix()
         return m.group(1) + moved + ("/" if target.endswith("/") else "") + hash_ + fragment
 
-    return _MARKDOWN_LINK.sub(rebase, text)
+    # code spans and fenced blocks are shown as written: only the text between them is rebased
+    parts = _CODE.split(text)
+    return "".join(part if i % 2 else _MARKDOWN_LINK.sub(rebase, part)
+                   for i, part in enumerate(parts))
 
 
 class ProseError(ValueError):

@@ -117,6 +117,10 @@ def test_an_executed_copys_links_point_from_the_folder_it_is_written_to(tmp_path
         "<a href=\"../../../docs/site.md\">site</a>, "
         "[upstream](https://github.com/agentscope-ai/Trinity-RFT), [below](#summary).")
     assert tutorial.rebase_links(text, source, source) == text
+    # code is shown as written
+    code = "Index with `a[i](x)`, or\n```python\nprint('[x](../y.md)')\n```\nthen [z](../z.md)."
+    assert tutorial.rebase_links(code, source, out) == code.replace("(../z.md)",
+                                                                    "(../../../z.md)")
 
 
 def test_prose_is_carried_into_an_executed_copy_around_its_outputs(tmp_path, capsys):
