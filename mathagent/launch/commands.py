@@ -275,6 +275,25 @@ def train_command(args: argparse.Namespace) -> int:
         return launch(plan, result, started)
 
 
+def run_record(plan: LaunchPlan, checked: Preflight, trinity_yaml: Path, fixes) -> dict:
+    """What ``params.json`` records of a launched run: its config and the YAML handed to
+    Trinity, selector and seed, judge, held-out taskset, job folder, settings, the rollout
+    settings carried, each compatibility fix's status and the levers set
+    (:func:`mathagent.compat.levers_set`)."""
+    from mathagent.compat import levers_set
+
+    selector = _selector_config(plan.config.buffer.explorer_input.taskset)
+    evals = plan.config.buffer.explorer_input.eval_tasksets
+    return {"kind": "train", "config": str(plan.config_path),
+            "trinity_config": str(trinity_yaml),
+            "selector": selector.selector_type, "seed": selector.seed,
+            "judge": plan.judge,
+            "eval_taskset": evals[0].name if evals else None,
+            "checkpoint_job_dir": str(checked.checked_config.checkpoint_job_dir),
+            "settings": plan.settings, "carried_rollout_settings": plan.carried,
+            "compat_fixes": {f.name: f.status for f in fixes}, "levers": levers_set()}
+
+
 def launch(plan: LaunchPlan, checked: Preflight, started: float) -> int:
     """Call ``agentscope.tuner.tune()`` (GPU machine); record the run for the results reader.
 
@@ -287,7 +306,7 @@ def launch(plan: LaunchPlan, checked: Preflight, started: float) -> int:
     import yaml
     from agentscope.tuner import tune
 
-    from mathagent.compat import IPC_SYNC_ENV, apply_all, ipc_sync_misfit, levers_set
+    from mathagent.compat import IPC_SYNC_ENV, apply_all, ipc_sync_misfit
 
     misfit = ipc_sync_misfit(checked.checked_config)
     if misfit and os.environ.get(IPC_SYNC_ENV) != "0":
@@ -310,16 +329,7 @@ def launch(plan: LaunchPlan, checked: Preflight, started: float) -> int:
     raw.setdefault("cluster", {})["ray_address"] = checked.checked_config.cluster.ray_address
     trinity_yaml.write_text(yaml.safe_dump(raw, sort_keys=False))
     job_dir = Path(checked.checked_config.checkpoint_job_dir)
-    selector = _selector_config(plan.config.buffer.explorer_input.taskset)
-    evals = plan.config.buffer.explorer_input.eval_tasksets
-    params = {"kind": "train", "config": str(plan.config_path),
-              "trinity_config": str(trinity_yaml),
-              "selector": selector.selector_type, "seed": selector.seed,
-              "judge": plan.judge,
-              "eval_taskset": evals[0].name if evals else None,
-              "checkpoint_job_dir": str(job_dir), "settings": plan.settings,
-              "carried_rollout_settings": plan.carried,
-              "compat_fixes": {f.name: f.status for f in fixes}, "levers": levers_set()}
+    params = run_record(plan, checked, trinity_yaml, fixes)
     for folder in (run_dir, job_dir):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "params.json").write_text(json.dumps(params, indent=2, default=str) + "\n")

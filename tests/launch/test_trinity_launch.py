@@ -729,3 +729,23 @@ def test_colocate_with_low_memory_share_is_refused(arith_dry_run):
     problem = result.problems[0]
     assert "gpu_memory_utilization=0.2" in problem and "Trinity-RFT#602" in problem
     assert "cuda_visible_devices=0" in problem
+
+
+def test_the_run_record_names_the_run_and_the_levers_set(arith_dry_run, monkeypatch, tmp_path):
+    """What ``train`` writes into ``params.json`` before ``tune()`` (which needs a GPU):
+    ``experiment`` and the engine-step benchmark read the levers from it."""
+    from mathagent.launch.commands import run_record
+
+    plan, result = arith_dry_run
+    for name in compat.LEVER_ENVS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(compat.VARLEN_ATTN_ENV, "1")
+    monkeypatch.setenv(compat.SLOTS_ENV, "4")
+    fix = compat.FixResult("trinity-colocate", "applied", "")
+    record = run_record(plan, result, tmp_path / "trinity_config.yaml", [fix])
+    assert record["levers"] == {compat.VARLEN_ATTN_ENV: "1", compat.SLOTS_ENV: "4"}
+    assert record["config"] == str(ARITH) and record["judge"] == "lenient_judge"
+    assert record["selector"] == "difficulty_based"
+    assert record["checkpoint_job_dir"] == str(result.checked_config.checkpoint_job_dir)
+    assert record["compat_fixes"] == {"trinity-colocate": "applied"}
+    json.dumps(record, default=str)  # what train writes
