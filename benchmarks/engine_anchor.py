@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -119,6 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=640, help="tokens per sequence")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("error: engine_anchor.py measures a CUDA GPU; torch sees none here",
+              file=sys.stderr)
+        return 2
     result = json.dumps(measure(args.tokens))
     print(result, flush=True)
     if args.out:

@@ -109,3 +109,18 @@ def test_a_before_run_that_ran_with_the_levers_is_refused_in_one_line(bench, tmp
     assert bench.lever_mismatch(before, after, "levers") is None
     (after / "params.json").write_text(json.dumps({**params, "levers": {}}))
     assert "ran with no MATHAGENT_VARLEN_ATTN" in bench.lever_mismatch(before, after, "levers")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_the_anchor_without_a_gpu_says_so_in_one_line(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here: the anchor would measure it")
+    spec = importlib.util.spec_from_file_location("engine_anchor", BENCH / "engine_anchor.py")
+    anchor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(anchor)
+    assert anchor.main(["--out", str(tmp_path / "a.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: engine_anchor.py measures a CUDA GPU; torch sees none here"]
+    assert not (tmp_path / "a.json").exists()
