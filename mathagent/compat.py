@@ -73,7 +73,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from mathagent import step_profile
-from mathagent.runner_slots import SLOTS_ENV
+from mathagent.runner_slots import SLOTS_ENV, slots_problem
 from mathagent.step_profile import PROFILE_ENV
 
 #: The dotted path Ray imports in each worker process (``runtime_env`` of the driver).
@@ -407,8 +407,6 @@ LEVER_ENVS = (EARLY_EXPLORER_ENV, IPC_SYNC_ENV, VARLEN_ATTN_ENV, SLOTS_ENV, PROF
 def lever_problem(name: str, value: str | None) -> str | None:
     """Why ``value`` is not a setting lever ``name`` reads, or None: 0 or 1, a number of slots
     for the runner slots, a step for the profile."""
-    from mathagent.runner_slots import slots_problem
-
     if value is None:
         return None
     if name == SLOTS_ENV:
@@ -423,6 +421,7 @@ def levers_set() -> dict[str, str]:
     records them in a run's ``params.json`` (a lever changes speed, not what is learned, so
     the experiment command does not compare them with a spec's)."""
     return {name: os.environ[name] for name in LEVER_ENVS if name in os.environ}
+
 
 FIXES: tuple[Fix, ...] = (
     Fix(name="trinity-colocate", package="trinity-rft", versions=("0.6.0",),
