@@ -76,6 +76,9 @@ LEVER_SETS = {
          "transformers-varlen-attention) from the reference log-prob pass",
          "MATHAGENT_VARLEN_ATTN=1", "trainer: reference log-probs"),
         ("the same, from the actor's update", "MATHAGENT_VARLEN_ATTN=1", "trainer: actor update"),
+        ("log-probabilities in blocks of tokens, not one token at a time (mathagent.compat "
+         "verl-batched-logprobs), in both passes", "MATHAGENT_BATCHED_LOGPROBS=1",
+         "trainer: whole training step"),
         ("4 tasks at once on each workflow runner (mathagent.compat trinity-runner-slots; vLLM "
          "takes up to 256 sequences at once in both runs)", "MATHAGENT_RUNNER_SLOTS=4",
          "held-out evaluation (660 x 4)"),

@@ -9,9 +9,7 @@ through Ray's ``worker_process_setup_hook`` (:data:`WORKER_SETUP_HOOK`), in ever
 process of the run, which is where Trinity's explorer and verl's training workers live.
 
 In a worker a fix is applied when its upstream module is imported (a post-import hook on
-``sys.meta_path``), not at worker start: most of Trinity's workers (agent runners, buffer
-actors) never import vLLM's or verl's code, and importing it in each would cost seconds of CPU
-and hundreds of MB per process.
+``sys.meta_path``), not at worker start: most workers never import vLLM's or verl's code.
 
 The fixes:
 
@@ -29,16 +27,11 @@ The fixes:
   no wheel. The fix falls back to verl's own pure-torch copies of the same four functions
   (``verl.utils.npu_flash_attn_utils``) when flash-attn is not importable; where it is, verl's
   code runs unchanged.
-* ``trinity-early-explorer`` (a start-up lever, not a fix: only with
-  ``MATHAGENT_EARLY_EXPLORER=1``): Trinity-RFT 0.6.0's launcher for modes ``both`` and
-  ``colocate`` waits until the explorer's and the trainer's actors are both made before it
-  asks the explorer to ``prepare()`` (start vLLM, its workflow runners and the step-0
-  evaluation), though in these modes ``prepare()`` needs nothing of the trainer; the trainer's
-  constructor builds its FSDP workers first (about 0.9 minutes for the Qwen policy). With the
-  lever, ``prepare()`` is submitted the moment the explorer's actor is asked for, so Ray runs
-  it as soon as that actor is made, beside the trainer's constructor; the launcher's later
-  ``prepare()`` call gets that same result. Everything else the launcher does is unchanged.
-  Not a fix of upstream behaviour, so it stays off unless asked for.
+* ``trinity-early-explorer`` (a start-up lever, only with ``MATHAGENT_EARLY_EXPLORER=1``):
+  Trinity-RFT 0.6.0's launcher (modes ``both``, ``colocate``) asks the explorer to ``prepare()``
+  (vLLM, its runners, the step-0 evaluation) only once the trainer's actor is made too, though
+  ``prepare()`` needs nothing of it; with the lever ``prepare()`` runs as soon as the explorer's
+  actor is made, beside the trainer's constructor. Everything else is unchanged.
 * ``trinity-ipc-sync`` (a speed lever, on unless ``MATHAGENT_IPC_SYNC=0``): Trinity-RFT 0.6.0
   syncs a colocated trainer's weights to vLLM through the CPU in float32; the lever sends CUDA
   IPC handles of bfloat16 copies instead (:mod:`mathagent.ipc_weights`), on one GPU only. It
@@ -56,6 +49,9 @@ The fixes:
   each of Trinity-RFT 0.6.0's workflow runners takes K tasks at once instead of one
   (:mod:`mathagent.runner_slots`), for evaluation; asynchronous runners only. Not yet measured
   in a run; ``benchmarks/engine_step_levers.sh`` measures it.
+* ``verl-batched-logprobs`` (a speed lever, only with ``MATHAGENT_BATCHED_LOGPROBS=1``):
+  without flash-attn verl computes log-probabilities a token at a time; this, in blocks of
+  rows (:mod:`mathagent.batched_logprobs`). Not yet measured in a run.
 * ``verl-step-profile`` (a diagnostic, only with ``MATHAGENT_PROFILE_STEP=N``): the trainer
   profiles the Nth call of its update and of its log-prob pass (:mod:`mathagent.step_profile`).
 """
@@ -72,7 +68,8 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from mathagent import step_profile
+from mathagent import batched_logprobs, step_profile
+from mathagent.batched_logprobs import BATCHED_LOGPROBS_ENV
 from mathagent.runner_slots import SLOTS_ENV, slots_problem
 from mathagent.step_profile import PROFILE_ENV
 
@@ -401,7 +398,8 @@ def _apply_runner_slots() -> bool:
 
 
 #: The environment variables that turn the levers on; ``train`` passes them to every Ray worker.
-LEVER_ENVS = (EARLY_EXPLORER_ENV, IPC_SYNC_ENV, VARLEN_ATTN_ENV, SLOTS_ENV, PROFILE_ENV)
+LEVER_ENVS = (EARLY_EXPLORER_ENV, IPC_SYNC_ENV, VARLEN_ATTN_ENV, SLOTS_ENV, PROFILE_ENV,
+              BATCHED_LOGPROBS_ENV)
 
 
 def lever_problem(name: str, value: str | None) -> str | None:
@@ -469,6 +467,14 @@ FIXES: tuple[Fix, ...] = (
         module="verl.workers.engine_workers",
         apply=lambda: step_profile.install(importlib.import_module("verl.workers.engine_workers")),
         condition=step_profile.unwanted),
+    Fix(name="verl-batched-logprobs", package="verl", versions=("0.8.0",),
+        upstream="verl 0.8.0 utils/torch_functional.py logprobs_from_logits_v2: one "
+                 "log_softmax per row, and the FSDP engine's rows are tokens",
+        summary="speed lever: log-probabilities in blocks (mathagent.batched_logprobs)",
+        module="verl.utils.torch_functional",
+        apply=lambda: batched_logprobs.install(
+            importlib.import_module("verl.utils.torch_functional")),
+        condition=batched_logprobs.unwanted),
 )
 
 

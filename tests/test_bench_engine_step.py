@@ -82,6 +82,7 @@ def test_the_levers_name_their_switch_and_read_their_rows(bench, tmp_path):
     assert [(cells[1], cells[2]) for cells in levers] == [
         ("`MATHAGENT_VARLEN_ATTN=1`", "trainer: reference log-probs"),
         ("`MATHAGENT_VARLEN_ATTN=1`", "trainer: actor update"),
+        ("`MATHAGENT_BATCHED_LOGPROBS=1`", "trainer: whole training step"),
         ("`MATHAGENT_RUNNER_SLOTS=4`", "held-out evaluation (660 x 4)")]
     for cells in levers:
         assert cells[3:] == rows[cells[2]][1:3]  # the phase's before and after
@@ -93,8 +94,8 @@ def test_a_before_run_that_ran_with_the_levers_is_refused_in_one_line(bench, tmp
     that started it) is no before."""
     before, after = tmp_path / "before", tmp_path / "after"
     for folder, levers in ((before, {"MATHAGENT_VARLEN_ATTN": "1"}),
-                           (after, {"MATHAGENT_VARLEN_ATTN": "1",
-                                    "MATHAGENT_RUNNER_SLOTS": "4"})):
+                           (after, {"MATHAGENT_VARLEN_ATTN": "1", "MATHAGENT_RUNNER_SLOTS": "4",
+                                    "MATHAGENT_BATCHED_LOGPROBS": "1"})):
         shutil.copytree(STEP / "fast" / "random_seed0", folder,
                         ignore=shutil.ignore_patterns("monitor"))
         params = json.loads((folder / "params.json").read_text())
