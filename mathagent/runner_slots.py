@@ -37,6 +37,8 @@ from __future__ import annotations
 import asyncio
 import os
 
+from mathagent.settings import positive_int
+
 #: The number of tasks each workflow runner takes at once; unset or 1: Trinity's one.
 SLOTS_ENV = "MATHAGENT_RUNNER_SLOTS"
 #: Where the lever keeps a runner's restart in progress, on Trinity's RunnerWrapper.
@@ -45,18 +47,15 @@ _RESTART = "_mathagent_restart"
 
 def slots_problem(value: str | None) -> str | None:
     """Why ``value`` (the variable's text) is not a number of slots, or None."""
-    if value is None:
+    if value is None or positive_int(value) is not None:
         return None
-    text = value.strip()
-    if not (text.isascii() and text.isdigit()) or int(text) < 1:  # "²".isdigit() too
-        return f"{SLOTS_ENV}={value!r} is not a whole number of tasks a runner takes at once (1 or more)"
-    return None
+    return f"{SLOTS_ENV}={value!r} is not a whole number of tasks a runner takes at once (1 or more)"
 
 
 def slots() -> int:
     """The number of slots :data:`SLOTS_ENV` asks for (1 when unset or not a number)."""
     value = os.environ.get(SLOTS_ENV)
-    return 1 if value is None or slots_problem(value) else int(value)
+    return (positive_int(value) if value is not None else None) or 1
 
 
 def alias_ids(runner_id: int, runner_num: int, k: int) -> list[int]:

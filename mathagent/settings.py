@@ -37,6 +37,15 @@ class SettingsError(ValueError):
     """A setting that cannot be read: the message names the file (or source) and the key."""
 
 
+def positive_int(text: str) -> int | None:
+    """``text`` (an environment variable's value, say) as a whole number of 1 or more written
+    in ASCII digits, spaces around it allowed; None for anything else ("²".isdigit() too)."""
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        return None
+    return int(text)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Meta:
     help: str

@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from mathagent.settings import positive_int
+
 #: The call (1 = the first) of each entry point to profile; unset: nothing is profiled.
 PROFILE_ENV = "MATHAGENT_PROFILE_STEP"
 #: verl's ``TrainingWorker`` methods that make up a training step's GPU work.
@@ -40,18 +42,15 @@ TOP_OPERATORS = 15
 
 def profile_problem(value: str | None) -> str | None:
     """Why ``value`` (the variable's text) is not a call number, or None."""
-    if value is None:
+    if value is None or positive_int(value) is not None:
         return None
-    text = value.strip()
-    if not (text.isascii() and text.isdigit()) or int(text) < 1:
-        return f"{PROFILE_ENV}={value!r} is not the number of a step to profile (1 or more)"
-    return None
+    return f"{PROFILE_ENV}={value!r} is not the number of a step to profile (1 or more)"
 
 
 def profile_call() -> int | None:
     """The call :data:`PROFILE_ENV` asks to profile, or None (unset or not a number)."""
     value = os.environ.get(PROFILE_ENV)
-    return None if value is None or profile_problem(value) else int(value)
+    return positive_int(value) if value is not None else None
 
 
 def unwanted() -> str | None:
