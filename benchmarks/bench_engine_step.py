@@ -3,7 +3,7 @@ anchor, for runs with and without the speed levers.
 
     python benchmarks/bench_engine_step.py RUN_FOLDER... --anchor ANCHOR.json
         [--labels NAME...] [--out benchmarks/bench_engine_step.md] [--levers fast|levers]
-        [--same-learning FAST_RUN REFERENCE_RUN]
+        [--same-learning FAST_RUN REFERENCE_RUN [REFERENCE_RUN...]]
 
 Each RUN_FOLDER is a Trinity-RFT run laid out as the results folders are (event files under
 ``monitor/``, ``timings.json`` with the start-up milestones, peak GPU memory per role and the
@@ -18,10 +18,11 @@ matching figure: training phases to the anchor's update of 128 sequences in micr
 the reference log-prob pass to half its two passes, the weight sync to its device-to-device
 copy of every weight. Start-up in minutes from ``train``; peak GPU memory per role in GiB.
 
-``--same-learning FAST_RUN REFERENCE_RUN`` adds whether the fast settings change what is
-learned: the held-out accuracy of both runs at every step both evaluated, their difference
-against the replies' noise and the fast run against the range of the reference arm's
-committed seeds (:func:`same_learning`), and a figure overlaying their policy loss, KL,
+``--same-learning FAST_RUN REFERENCE_RUN...`` adds whether the fast settings change what is
+learned: for each reference run, the held-out accuracy of both runs at every step both
+evaluated, their difference against the replies' noise and the fast run against the range of
+the reference arm's seeds beside it (:func:`same_learning`), and a figure overlaying their
+policy loss, KL,
 entropy and rollout reward, step by step (``--figure``, default ``same_learning.png`` beside
 ``--out``).
 """
@@ -37,8 +38,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from mathagent import results
-from mathagent.trinity_tags import EVAL_TAG
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
+
+from mathagent import results  # noqa: E402
+from mathagent.trinity_tags import EVAL_TAG  # noqa: E402
 
 #: Trinity-RFT's tags of the phases of a step: (row name, tag, which anchor figure it compares to)
 PHASES: tuple[tuple[str, str, str | None], ...] = (
@@ -57,7 +60,8 @@ STARTUP = ("all workflow runners ready", "step 1 starts")
 #: row it acts on). Each acts on one phase, so its effect is read from that row, before against
 #: after; levers turned on together have one effect. ``fast``: the committed before and after
 #: (``base`` and ``fast``); ``levers``: ``spec_fast8.yaml``'s run against ``spec_levers.yaml``'s,
-#: padding removed and several tasks a workflow runner (``benchmarks/engine_step_levers.sh``).
+#: padding removed with log-probabilities in blocks (on together, so one effect on each pass),
+#: and several tasks a workflow runner (``benchmarks/engine_step_levers.sh``).
 LEVER_SETS = {
     "fast": (
         ("micro-batches of 8 for the update (2 before) and no gradient checkpointing (the "
@@ -73,12 +77,12 @@ LEVER_SETS = {
     ),
     "levers": (
         ("padding removed (mathagent's variable-length attention, mathagent.compat "
-         "transformers-varlen-attention) from the reference log-prob pass",
-         "MATHAGENT_VARLEN_ATTN=1", "trainer: reference log-probs"),
-        ("the same, from the actor's update", "MATHAGENT_VARLEN_ATTN=1", "trainer: actor update"),
-        ("log-probabilities in blocks of tokens, not one token at a time (mathagent.compat "
-         "verl-batched-logprobs), in both passes", "MATHAGENT_BATCHED_LOGPROBS=1",
-         "trainer: whole training step"),
+         "transformers-varlen-attention) and log-probabilities in blocks of tokens, not one "
+         "token at a time (mathagent.compat verl-batched-logprobs), together: the reference "
+         "log-prob pass", "MATHAGENT_VARLEN_ATTN=1 MATHAGENT_BATCHED_LOGPROBS=1",
+         "trainer: reference log-probs"),
+        ("the same two, together: the actor's update",
+         "MATHAGENT_VARLEN_ATTN=1 MATHAGENT_BATCHED_LOGPROBS=1", "trainer: actor update"),
         ("4 tasks at once on each workflow runner (mathagent.compat trinity-runner-slots; vLLM "
          "takes up to 256 sequences at once in both runs)", "MATHAGENT_RUNNER_SLOTS=4",
          "held-out evaluation (660 x 4)"),
@@ -199,37 +203,66 @@ def same_learning(fast: Path, reference: Path, tasks: int, figure: Path | None) 
     arm = reference.name.rsplit("_seed", 1)[0]
     seeds = [held_out(f)[0] for f in sorted(reference.parent.glob(f"{arm}_seed*"))]
     n = tasks * runs
-    rows = ["| step | fast | reference | difference | replies' noise (2 SE) | inside | "
-            f"the {len(seeds)} committed `{arm}` seeds | inside |",
-            "| --- " * 8 + "|"]
+    spread = len(seeds) > 1  # a range of seeds to place the fast run in (not one seed alone)
+    columns = 8 if spread else 6
+    head = "| step | fast | reference | difference | replies' noise (2 SE) | inside |"
+    if spread:
+        head += f" the {len(seeds)} committed `{arm}` seeds | inside |"
+    rows = [head, "| --- " * columns + "|"]
     for step in sorted(set(a.index) & set(b.index)):
         pa, pb = float(a[step]), float(b[step])
         bound = 2 * math.sqrt(pa * (1 - pa) / n + pb * (1 - pb) / n)
-        others = [float(x[step]) for x in seeds if step in x.index]
-        lo, hi = min(others), max(others)
-        rows.append(f"| {step} | {pa:.3f} | {pb:.3f} | {pa - pb:+.3f} | {bound:.3f} | "
-                    f"{'yes' if abs(pa - pb) <= bound else 'no'} | {lo:.3f}-{hi:.3f} | "
-                    f"{'yes' if lo <= pa <= hi else 'no'} |")
+        row = (f"| {step} | {pa:.3f} | {pb:.3f} | {pa - pb:+.3f} | {bound:.3f} | "
+               f"{'yes' if abs(pa - pb) <= bound else 'no'} |")
+        if spread:
+            others = [float(x[step]) for x in seeds if step in x.index]
+            lo, hi = min(others), max(others)
+            row += f" {lo:.3f}-{hi:.3f} | {'yes' if lo <= pa <= hi else 'no'} |"
+        rows.append(row)
     if figure is not None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        from mathagent import plots
-
-        fig, axes = plt.subplots(1, len(CURVES), figsize=(4 * len(CURVES), 3))
-        for ax, (title, tag) in zip(axes, CURVES, strict=True):
-            for folder, label in ((reference, "reference"), (fast, "fast settings")):
-                s = results.read_scalars(folder)
-                s = s[s["tag"] == tag]
-                ax.plot(s["step"], s["value"], marker=".", label=label)
-            ax.set_title(title)
-            ax.set_xlabel("step")
-        axes[0].legend()
-        plots.save_figure(fig, figure.stem, figure.parent)
-        plt.close(fig)
+        curves_figure(fast, [reference], figure)
     return "\n".join(rows) + f"\n\nn = {tasks} tasks x {runs} runs per evaluation.\n"
+
+
+def curves_figure(fast: Path, references: list[Path], figure: Path) -> None:
+    """The fast run's loss, KL, entropy and reward curves over each reference run's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from mathagent import plots
+
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(4 * len(CURVES), 3))
+    named = [(f, f"reference: {f.parent.name}/{f.name}") for f in references]
+    for ax, (title, tag) in zip(axes, CURVES, strict=True):
+        for folder, label in (*named, (fast, f"fast: {fast.parent.name}/{fast.name}")):
+            s = results.read_scalars(folder)
+            s = s[s["tag"] == tag]
+            ax.plot(s["step"], s["value"], marker=".", label=label)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+    axes[0].legend(fontsize="small")
+    plots.save_figure(fig, figure.stem, figure.parent)
+    plt.close(fig)
+
+
+def profiled_steps(folders: list[Path], labels: list[str]) -> str:
+    """A sentence naming each run's step profiled under torch.profiler (``params.json``'s
+    ``levers``: MATHAGENT_PROFILE_STEP), whose seconds are in its medians; empty if none."""
+    said = []
+    for folder, label in zip(folders, labels, strict=True):
+        try:
+            step = json.loads((folder / "params.json").read_text()).get("levers", {}).get(
+                "MATHAGENT_PROFILE_STEP")
+        except (OSError, ValueError, AttributeError):
+            step = None
+        if step:
+            said.append(f"step {step} of {label}")
+    if not said:
+        return ""
+    return (f" Profiled under torch.profiler, so slower, and counted in the medians: "
+            f"{', '.join(said)} (the profile: `profile/` in its run folder).")
 
 
 def anchor_lines(anchor: dict) -> str:
@@ -272,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="JSON of benchmarks/engine_anchor.py from the same sitting")
     parser.add_argument("--labels", nargs="+", help="column names (default: folder names)")
     parser.add_argument("--out", type=Path, help="also write the markdown here")
-    parser.add_argument("--same-learning", nargs=2, type=Path, metavar=("FAST", "REFERENCE"),
+    parser.add_argument("--same-learning", nargs="+", type=Path, metavar="RUN",
                         help="compare what a fast run learned with a reference run's")
     parser.add_argument("--figure", type=Path, help="where the same-learning figure goes")
     parser.add_argument("--levers", choices=sorted(LEVER_SETS), default="fast",
@@ -305,17 +338,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.same_learning:
             where = args.out.parent if args.out else Path(".")
             figure = args.figure or where / "same_learning.png"
-            fast, reference = args.same_learning
-            compared = same_learning(fast, reference, args.eval_tasks, figure)
-            body += (f"\n\n## Same learning: `{fast}` against `{reference}`\n\n{compared}"
-                     f"\n![curves]({os.path.relpath(figure, where)})\n")
+            fast, *references = args.same_learning
+            for reference in references:
+                compared = same_learning(fast, reference, args.eval_tasks, None)
+                body += f"\n\n## Same learning: `{fast}` against `{reference}`\n\n{compared}"
+            curves_figure(fast, references, figure)
+            body += f"\n![curves]({os.path.relpath(figure, where)})\n"
     except results.RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    profiled = profiled_steps(args.runs, labels)
     text = (f"# The engine step: Qwen2.5-Coder-0.5B under Trinity-RFT, one {anchor['gpu']}\n\n"
             f"Written by `python benchmarks/bench_engine_step.py` from the run folders "
             f"{', '.join(f'`{f}`' for f in args.runs)} and the anchor of the same sitting. "
-            "Medians over explore steps 2 and later; evaluation: every evaluation of the run.\n\n"
+            "Medians over explore steps 2 and later; evaluation: every evaluation of the run."
+            f"{profiled}\n\n"
             f"{body}\n\n## The anchor (`benchmarks/engine_anchor.py`, plain PyTorch)\n\n"
             f"{anchor_lines(anchor)}\n")
     print(text)

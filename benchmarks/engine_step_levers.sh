@@ -13,7 +13,8 @@
 #    fast settings, 8 steps, held-out at step 8), then the same run without them
 #    (engine_step/spec_fast8.yaml); a run that fails does not stop the next;
 # 4. benchmarks/bench_engine_step.py on the two: each phase, the lever rows, the goals, and
-#    whether the run with the levers learns as the committed run of its arm and seed did.
+#    whether the run with the levers learns as the committed run of its arm and seed did, and as
+#    the run without them did.
 #
 # Writes benchmarks/engine_step/{anchor_levers.json,levers/,fast8/,same_learning_levers.png}
 # and benchmarks/bench_engine_step_levers.md. A run takes about the committed fast run's
@@ -44,5 +45,5 @@ fi
 [ "$LEVERS" = 1 ] || exit 1
 "$PY" benchmarks/bench_engine_step.py "$DIR/fast8/random_seed0" "$DIR/levers/random_seed0" \
   --anchor "$DIR/anchor_levers.json" --labels "no levers" levers --levers levers \
-  --same-learning "$DIR/levers/random_seed0" results/trinity_qwen/random_seed0 \
+  --same-learning "$DIR/levers/random_seed0" results/trinity_qwen/random_seed0 "$DIR/fast8/random_seed0" \
   --figure "$DIR/same_learning_levers.png" --out benchmarks/bench_engine_step_levers.md

@@ -80,9 +80,8 @@ def test_the_levers_name_their_switch_and_read_their_rows(bench, tmp_path):
         rows.setdefault(cells[0], cells)
     levers = [cells for cells in rows.values() if cells[1].startswith("`MATHAGENT_")]
     assert [(cells[1], cells[2]) for cells in levers] == [
-        ("`MATHAGENT_VARLEN_ATTN=1`", "trainer: reference log-probs"),
-        ("`MATHAGENT_VARLEN_ATTN=1`", "trainer: actor update"),
-        ("`MATHAGENT_BATCHED_LOGPROBS=1`", "trainer: whole training step"),
+        ("`MATHAGENT_VARLEN_ATTN=1 MATHAGENT_BATCHED_LOGPROBS=1`", "trainer: reference log-probs"),
+        ("`MATHAGENT_VARLEN_ATTN=1 MATHAGENT_BATCHED_LOGPROBS=1`", "trainer: actor update"),
         ("`MATHAGENT_RUNNER_SLOTS=4`", "held-out evaluation (660 x 4)")]
     for cells in levers:
         assert cells[3:] == rows[cells[2]][1:3]  # the phase's before and after
@@ -125,3 +124,23 @@ def test_the_anchor_without_a_gpu_says_so_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: engine_anchor.py measures a CUDA GPU; torch sees none here"]
     assert not (tmp_path / "a.json").exists()
+
+
+def test_the_committed_levers_table_is_what_the_committed_levers_runs_give(bench, tmp_path):
+    """bench_engine_step_levers.md (benchmarks/engine_step_levers.sh, one sitting): its tables
+    are what the two committed runs and their anchor give, the step-3 profile of the run with
+    the levers is named, and the run with the levers is set against the committed run of its
+    arm and seed and against the run without them (one seed: no range of seeds)."""
+    out = tmp_path / "levers.md"
+    args = [str(STEP / "fast8" / "random_seed0"), str(STEP / "levers" / "random_seed0"),
+            "--anchor", str(STEP / "anchor_levers.json"), "--labels", "no levers", "levers",
+            "--levers", "levers", "--same-learning", str(STEP / "levers" / "random_seed0"),
+            str(paths.REPO_ROOT / "results" / "trinity_qwen" / "random_seed0"),
+            str(STEP / "fast8" / "random_seed0"), "--figure", str(tmp_path / "f.png"),
+            "--out", str(out)]
+    assert bench.main(args) == 0
+    text = out.read_text()
+    assert _tables(text) == _tables((BENCH / "bench_engine_step_levers.md").read_text())
+    assert "step 3 of levers" in text
+    heads = [line for line in _tables(text) if line.startswith("| step | fast |")]
+    assert len(heads) == 2 and "seeds" in heads[0] and "seeds" not in heads[1]
