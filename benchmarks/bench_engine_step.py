@@ -41,6 +41,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
 
 from mathagent import results  # noqa: E402
+from mathagent.settings import positive_int  # noqa: E402
 from mathagent.trinity_tags import EVAL_TAG  # noqa: E402
 
 #: Trinity-RFT's tags of the phases of a step: (row name, tag, which anchor figure it compares to)
@@ -214,10 +215,12 @@ def same_learning(fast: Path, reference: Path, tasks: int, figure: Path | None) 
         bound = 2 * math.sqrt(pa * (1 - pa) / n + pb * (1 - pb) / n)
         row = (f"| {step} | {pa:.3f} | {pb:.3f} | {pa - pb:+.3f} | {bound:.3f} | "
                f"{'yes' if abs(pa - pb) <= bound else 'no'} |")
-        if spread:
-            others = [float(x[step]) for x in seeds if step in x.index]
+        others = [float(x[step]) for x in seeds if step in x.index]
+        if spread and others:
             lo, hi = min(others), max(others)
             row += f" {lo:.3f}-{hi:.3f} | {'yes' if lo <= pa <= hi else 'no'} |"
+        elif spread:  # no seed beside it evaluated this step
+            row += "  |  |"
         rows.append(row)
     if figure is not None:
         curves_figure(fast, [reference], figure)
@@ -257,12 +260,14 @@ def profiled_steps(folders: list[Path], labels: list[str]) -> str:
                 "MATHAGENT_PROFILE_STEP")
         except (OSError, ValueError, AttributeError):
             step = None
+        step = positive_int(step) if isinstance(step, str) else None
         if step:
-            said.append(f"step {step} of {label}")
+            said.append(f"step {step} of {label}"
+                        + (" (in its medians)" if step >= 2 else " (not in its medians)"))
     if not said:
         return ""
-    return (f" Profiled under torch.profiler, so slower, and counted in the medians: "
-            f"{', '.join(said)} (the profile: `profile/` in its run folder).")
+    return (f" Profiled under torch.profiler, so slower: {', '.join(said)}; the profile is in "
+            "`profile/` of the run's folder.")
 
 
 def anchor_lines(anchor: dict) -> str:
@@ -323,6 +328,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {folder}: no timings.json (not a laid-out Trinity-RFT run)",
                   file=sys.stderr)
             return 2
+    if args.same_learning and len(args.same_learning) < 2:
+        print("error: --same-learning takes the fast run and at least one reference run",
+              file=sys.stderr)
+        return 2
     wrong = lever_mismatch(args.runs[0], args.runs[-1], args.levers)
     if wrong:
         print(f"error: {wrong}", file=sys.stderr)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The speed levers not yet measured (padding removal, MATHAGENT_VARLEN_ATTN=1; several tasks a
-# workflow runner, MATHAGENT_RUNNER_SLOTS=4) against the same run without them, on one GPU, in
-# one sitting, from the repository root of a GPU install:
+# The speed levers of spec_levers.yaml (padding removal, MATHAGENT_VARLEN_ATTN=1; log-probabilities
+# in blocks, MATHAGENT_BATCHED_LOGPROBS=1; several tasks a workflow runner,
+# MATHAGENT_RUNNER_SLOTS=4) against the same run without them, on one GPU, in one sitting, from
+# the repository root of a GPU install (measured: benchmarks/bench_engine_step_levers.md):
 #
 #     bash benchmarks/engine_step_levers.sh
 #

@@ -43,15 +43,15 @@ The fixes:
   attention that keeps to each sequence of a packed row (:mod:`mathagent.varlen_attention`,
   PyTorch's own variable-length FlashAttention on the GPU); with it, ``train`` fills verl's
   unset attention settings with that name and ``use_remove_padding: true``
-  (:mod:`mathagent.launch.attention`). Not yet measured in a run, so it stays off unless asked
-  for; ``benchmarks/engine_step_levers.sh`` measures it.
+  (:mod:`mathagent.launch.attention`). Off unless asked for (the 60-step spec asks); its
+  effect, with the blocked log-probabilities: ``benchmarks/bench_engine_step_levers.md``.
 * ``trinity-runner-slots`` (a speed lever, only with ``MATHAGENT_RUNNER_SLOTS=K``, K >= 2):
   each of Trinity-RFT 0.6.0's workflow runners takes K tasks at once instead of one
-  (:mod:`mathagent.runner_slots`), for evaluation; asynchronous runners only. Not yet measured
-  in a run; ``benchmarks/engine_step_levers.sh`` measures it.
+  (:mod:`mathagent.runner_slots`), for evaluation; asynchronous runners only. Measured in
+  ``benchmarks/bench_engine_step_levers.md``.
 * ``verl-batched-logprobs`` (a speed lever, only with ``MATHAGENT_BATCHED_LOGPROBS=1``):
   without flash-attn verl computes log-probabilities a token at a time; this, in blocks of
-  rows (:mod:`mathagent.batched_logprobs`). Not yet measured in a run.
+  rows (:mod:`mathagent.batched_logprobs`). Measured with padding removal (the same page).
 * ``verl-step-profile`` (a diagnostic, only with ``MATHAGENT_PROFILE_STEP=N``): the trainer
   profiles the Nth call of its update and of its log-prob pass (:mod:`mathagent.step_profile`).
 """

@@ -144,3 +144,22 @@ def test_the_committed_levers_table_is_what_the_committed_levers_runs_give(bench
     assert "step 3 of levers" in text
     heads = [line for line in _tables(text) if line.startswith("| step | fast |")]
     assert len(heads) == 2 and "seeds" in heads[0] and "seeds" not in heads[1]
+
+
+def test_a_profiled_step_is_named_only_when_it_is_a_step(bench, tmp_path, capsys):
+    """params.json's MATHAGENT_PROFILE_STEP names the profiled step (whether the medians, from
+    step 2, hold it); a value step_profile would not take names nothing; --same-learning
+    without a reference run is refused in one line."""
+    def levers(value):
+        folder = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        (folder / "params.json").write_text(json.dumps({"levers": value}))
+        return folder
+    named = bench.profiled_steps([levers({"MATHAGENT_PROFILE_STEP": "3"}),
+                                  levers({"MATHAGENT_PROFILE_STEP": "1"})], ["a", "b"])
+    assert "step 3 of a (in its medians)" in named and "step 1 of b (not in its medians)" in named
+    for value in ({"MATHAGENT_PROFILE_STEP": "0"}, {"MATHAGENT_PROFILE_STEP": "x"}, None, {}):
+        assert bench.profiled_steps([levers(value)], ["c"]) == ""
+    assert bench.main([*ARGS[:7], "--same-learning", ARGS[8]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --same-learning takes the fast run and at least one reference run"]
