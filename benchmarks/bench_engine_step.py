@@ -85,7 +85,8 @@ LEVER_SETS = {
         ("the same two, together: the actor's update",
          "MATHAGENT_VARLEN_ATTN=1 MATHAGENT_BATCHED_LOGPROBS=1", "trainer: actor update"),
         ("4 tasks at once on each workflow runner (mathagent.compat trinity-runner-slots; vLLM "
-         "takes up to 256 sequences at once in both runs)", "MATHAGENT_RUNNER_SLOTS=4",
+         "takes up to 256 sequences at once in both runs); the row also moves with the agent "
+         "runs' own length, one evaluation a run", "MATHAGENT_RUNNER_SLOTS=4",
          "held-out evaluation (660 x 4)"),
     ),
 }
