@@ -22,9 +22,8 @@ copy of every weight. Start-up in minutes from ``train``; peak GPU memory per ro
 learned: for each reference run, the held-out accuracy of both runs at every step both
 evaluated, their difference against the replies' noise and the fast run against the range of
 the reference arm's seeds beside it (:func:`same_learning`), and a figure overlaying their
-policy loss, KL,
-entropy and rollout reward, step by step (``--figure``, default ``same_learning.png`` beside
-``--out``).
+policy loss, KL, entropy and rollout reward, step by step (``--figure``, default
+``same_learning.png`` beside ``--out``).
 """
 
 from __future__ import annotations
@@ -192,8 +191,8 @@ def held_out(folder: Path) -> tuple[pd.Series, int]:
     return acc, runs
 
 
-def same_learning(fast: Path, reference: Path, tasks: int, figure: Path | None) -> str:
-    """The held-out comparison (markdown) and, with ``figure``, the curves overlaid.
+def same_learning(fast: Path, reference: Path, tasks: int) -> str:
+    """The held-out comparison (markdown); :func:`curves_figure` overlays the curves.
 
     Two yardsticks: the replies' noise (two standard errors of the difference of two
     evaluations of the same tasks, each over n = tasks x runs 0/1 outcomes), and the spread
@@ -223,8 +222,6 @@ def same_learning(fast: Path, reference: Path, tasks: int, figure: Path | None) 
         elif spread:  # no seed beside it evaluated this step
             row += "  |  |"
         rows.append(row)
-    if figure is not None:
-        curves_figure(fast, [reference], figure)
     return "\n".join(rows) + f"\n\nn = {tasks} tasks x {runs} runs per evaluation.\n"
 
 
@@ -350,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             figure = args.figure or where / "same_learning.png"
             fast, *references = args.same_learning
             for reference in references:
-                compared = same_learning(fast, reference, args.eval_tasks, None)
+                compared = same_learning(fast, reference, args.eval_tasks)
                 body += f"\n\n## Same learning: `{fast}` against `{reference}`\n\n{compared}"
             curves_figure(fast, references, figure)
             body += f"\n![curves]({os.path.relpath(figure, where)})\n"

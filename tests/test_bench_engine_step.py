@@ -45,7 +45,7 @@ def test_the_committed_table_is_what_the_committed_runs_give(bench, tmp_path, ca
 def test_the_same_learning_bound_is_two_standard_errors_of_a_difference(bench):
     text = bench.same_learning(STEP / "fast" / "random_seed0",
                                paths.REPO_ROOT / "results" / "trinity_qwen" / "random_seed0",
-                               660, None)
+                               660)
     row = next(line for line in text.splitlines() if line.startswith("| 16 "))
     _, step, fast, ref, diff, bound, inside, spread, within, _ = (c.strip() for c in row.split("|"))
     # worked by hand from the event files: 0.3667 and 0.3894 held out at step 16, 660 x 4
