@@ -254,8 +254,7 @@ def profiled_steps(folders: list[Path], labels: list[str]) -> str:
     said = []
     for folder, label in zip(folders, labels, strict=True):
         try:
-            step = json.loads((folder / "params.json").read_text()).get("levers", {}).get(
-                "MATHAGENT_PROFILE_STEP")
+            step = (recorded_levers(folder) or {}).get("MATHAGENT_PROFILE_STEP")
         except (OSError, ValueError, AttributeError):
             step = None
         step = positive_int(step) if isinstance(step, str) else None
@@ -280,6 +279,12 @@ def anchor_lines(anchor: dict) -> str:
     return "\n".join(rows)
 
 
+def recorded_levers(folder: Path) -> dict | None:
+    """The levers a run recorded (``params.json``'s ``levers``), None for a run laid out before
+    they were recorded; OSError or ValueError where params.json is missing or not JSON."""
+    return json.loads((folder / "params.json").read_text()).get("levers")
+
+
 def lever_mismatch(before: Path, after: Path, levers: str) -> str | None:
     """Where the runs' recorded levers (``params.json``'s ``levers``; runs laid out before it
     was recorded have none, and pass) contradict ``LEVER_SETS[levers]``: the before run with
@@ -288,7 +293,7 @@ def lever_mismatch(before: Path, after: Path, levers: str) -> str | None:
                 for word in setting.split() if word.startswith("MATHAGENT_")}
     for folder, want in ((before, False), (after, True)):
         try:
-            recorded = json.loads((folder / "params.json").read_text()).get("levers")
+            recorded = recorded_levers(folder)
         except (OSError, ValueError):
             return f"{folder / 'params.json'}: missing or not JSON"
         if recorded is None:
