@@ -20,8 +20,10 @@ from test_experiment_buffer import three_steps, write_buffer
 from mathagent import paths, results
 from mathagent.experiment.layout import (
     Finished,
+    cpu_cores,
     lay_out,
     read_apps,
+    read_cpu,
     run_folders,
     write_tables,
 )
@@ -272,3 +274,83 @@ def test_a_run_without_its_records_is_refused_naming_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"params\.json: missing"):
         lay_out(run, tmp_path / "out", NO_APPS)
     assert not (tmp_path / "out").exists()
+
+
+def test_cpu_cores_per_phase_and_role_from_the_monitors_samples_and_the_log(tmp_path):
+    """The CPU monitor's cumulative seconds turned into cores busy during the evaluations
+    (each from its start to the weight sync after it) and the steps between them (from step
+    2's start to the last step's), per role and busiest process; another run's processes and
+    samples from before `train` left out."""
+    t0 = datetime(2026, 12, 1, 12, 0, 0)
+    start = t0.timestamp()
+
+    def at(seconds: float) -> datetime:
+        return t0 + timedelta(seconds=seconds)
+
+    log = "\n".join([
+        _log_line(at(100), "Evaluation at step 0 started."),
+        _log_line(at(130), "Explorer sync_weights at step 0 started."),
+        _log_line(at(130), "Explore step 1 started."),
+        _log_line(at(140), "Explore step 2 started."),
+        _log_line(at(150), "Explore step 3 started."),
+        _log_line(at(150), "Evaluation at step 3 started."),
+        _log_line(at(170), "Explorer sync_weights at step 3 started."),
+        _log_line(at(172), "Explore step 4 started."),
+        _log_line(at(180), "Explore step 5 started."),
+    ]) + "\n"
+    # cores each process keeps busy: (during an evaluation, otherwise)
+    rates = {10: ("ray::WorkflowRunner", 0.5, 0.1, "r"), 11: ("ray::WorkflowRunner", 0.5, 0.1, "r"),
+             20: ("ray::WorkerDict", 0.0, 1.0, "r"), 30: ("ray::WorkerDict", 3.0, 3.0, "other"),
+             0: ("machine (16 cores)", 1.5, 1.25, "*")}
+    evals = [(100, 130), (150, 170)]
+    rows, used = [], dict.fromkeys(rates, 0.0)
+    for t in range(-20, 192, 2):   # from before `train` (t < 0) to past the last step
+        for pid, (role, busy_eval, busy_else, run) in rates.items():
+            inside = any(a <= t - 1 < b for a, b in evals)
+            used[pid] += 2 * (busy_eval if inside else busy_else)
+            if t < 0 and pid == 10:
+                used[pid] += 500   # an earlier process: never counted
+            rows.append(f"{start + t},{pid},{role},{used[pid]:.2f},{run}\n")
+    file = tmp_path / "cpu_samples.csv"
+    file.write_text("".join(rows) + "123,4")   # a last row cut short by a kill
+    cores = cpu_cores(read_cpu(file), log, "r", start)
+    assert cores == {
+        "evaluation": {
+            "machine (16 cores)": {"all": 1.5, "busiest": 1.5},
+            "ray::WorkflowRunner (2 processes)": {"all": 1.0, "busiest": 0.5},
+            "ray::WorkerDict": {"all": 0.0, "busiest": 0.0}},
+        # steps 2-5 from 140 to 180, less the evaluation from 150 to 170
+        "steps between evaluations": {
+            "machine (16 cores)": {"all": 1.25, "busiest": 1.25},
+            "ray::WorkerDict": {"all": 1.0, "busiest": 1.0},
+            "ray::WorkflowRunner (2 processes)": {"all": 0.2, "busiest": 0.1}}}
+    assert cpu_cores(read_cpu(file), log, "no such run", start) == {}
+    assert read_cpu(tmp_path / "none.csv").empty
+
+
+def test_a_run_laid_out_with_cpu_samples_carries_its_cores_and_the_folders_table(tmp_path):
+    t0 = datetime(2026, 12, 1, 12, 0, 0)
+    start = t0.timestamp()
+    log = "\n".join(_log_line(t0 + timedelta(seconds=s), text) for s, text in [
+        (10, "Explore step 1 started."), (20, "Explore step 2 started."),
+        (30, "Evaluation at step 2 started."), (40, "Explorer sync_weights at step 2 started."),
+        (40, "Explore step 3 started."), (50, "Explore step 4 started.")]) + "\n"
+    run = job_from(RUN_40, tmp_path, log)
+    run = Finished("difficulty_seed42", run.job, run.launched_config, run.log, start, start + 60)
+    samples = tmp_path / "cpu_samples.csv"
+    samples.write_text("".join(f"{start + t},7,ray::WorkflowRunner,{t * 0.5},difficulty_seed42\n"
+                               f"{start + t},0,machine (2 cores),{t * 1.0},*\n"
+                               for t in range(0, 60, 5)))
+    out = tmp_path / "out"
+    dest = lay_out(run, out, NO_APPS, buffer_seconds=1, cpu=read_cpu(samples))
+    cores = json.loads((dest / "timings.json").read_text())["cpu_cores"]
+    assert cores["evaluation"]["ray::WorkflowRunner"] == {"all": 0.5, "busiest": 0.5}
+    assert "cpu_use.csv" in [p.name for p in write_tables(out)]
+    table = pd.read_csv(out / "cpu_use.csv", index_col=[0, 1, 2])["difficulty_seed42"]
+    assert table[("evaluation", "ray::WorkflowRunner", "cores, all")] == 0.5
+    assert table[("steps between evaluations", "machine (2 cores)", "cores, busiest process")] \
+        == 1.0
+    # a folder whose runs had no CPU monitor has no such table
+    bare = tmp_path / "bare"
+    lay_out(run, bare, NO_APPS, buffer_seconds=1)
+    assert "cpu_use.csv" not in [p.name for p in write_tables(bare)]

@@ -63,7 +63,11 @@ STAND_IN = textwrap.dedent('''
     print(f"(Trainer pid=2) INFO {stamp()} [trainer.py:1] Training at step 1 finished.", flush=True)
     print(f"(Explorer pid=1) INFO {stamp()} [explorer.py:1] Explore step 2 started.", flush=True)
     print(f"(Explorer pid=1) INFO {stamp()} [explorer.py:1] Evaluation at step 2 started.", flush=True)
-    time.sleep(1)
+    busy = time.time() + 2   # a core kept busy through the evaluation, for the CPU monitor
+    while time.time() < busy:
+        pass
+    print(f"(Explorer pid=1) INFO {stamp()} [explorer.py:1] Explorer sync_weights at step 2 started.",
+          flush=True)
     print(f"(Trainer pid=2) INFO {stamp()} [trainer.py:1] Training at step 2 finished.", flush=True)
 ''')
 
@@ -79,6 +83,7 @@ def experiment(tmp_path, monkeypatch):
         str(fail) if run.arm == "bots" else str(tmp_path / "never")])
     monkeypatch.setattr(runner, "FAILED_GRACE", 2.0)
     monkeypatch.setattr("mathagent.experiment.commands.POLL_SECONDS", 0.5)
+    monkeypatch.setattr(runner.CpuMonitor, "INTERVAL", 0.2)
     reports = []
 
     def write_report(results_dir: Path, check: bool = False) -> Path:
@@ -134,6 +139,13 @@ def test_runs_laid_out_a_failed_one_started_again_and_finished_ones_skipped(expe
     assert json.loads((e.work / "bots_seed0" / "state.json").read_text())["stage"] == "failed"
     assert not list((e.work / "random_seed0").rglob("global_step_*"))
     assert (e.out / "phase_times.csv").is_file() and not (e.out / "bots_seed0").exists()
+    # the CPU monitor saw the stand-in keep a core busy through its evaluation
+    cores = json.loads((e.out / "random_seed0" / "timings.json").read_text())["cpu_cores"]
+    stand_in = [v for role, v in cores["evaluation"].items() if "train_stand_in.py" in role]
+    assert len(stand_in) == 1 and stand_in[0]["all"] > 0.4, cores
+    machine = next(v for role, v in cores["evaluation"].items() if role.startswith("machine"))
+    assert machine["all"] >= stand_in[0]["all"] - 0.1
+    assert "train_stand_in.py" in (e.out / "cpu_use.csv").read_text()
 
     # the next call: random_seed0 is skipped, bots_seed0 moved aside and run from scratch
     e.fail.unlink()
@@ -193,3 +205,16 @@ def test_progress_never_counts_past_the_last_step():
     progress.feed(["Explore step 3 started", "Training at step 3 finished",
                    "Explore step 4 started"])
     assert "random_seed0: step 3 of 3, 3 trained" in progress.line()
+
+
+@pytest.mark.parametrize("cmdline, role", [
+    (b"ray::WorkflowRunner.run_task\0\0\0", "ray::WorkflowRunner"),
+    (b"ray::IDLE", "ray::IDLE"),
+    (b"VLLM::EngineCore", "VLLM::EngineCore"),
+    (b"/venv/bin/python3\0-u\0-m\0mathagent\0train\0--config\0x.yaml", "python3 -m mathagent"),
+    (b"/usr/bin/python\0/tmp/train_stand_in.py\0a", "python train_stand_in.py"),
+    (b"/opt/ray/core/src/ray/raylet/raylet\0--node_ip_address=1", "raylet"),
+    (b"", "?"),
+])
+def test_a_process_role_is_its_title_or_its_program(cmdline, role):
+    assert runner.role_of(cmdline) == role

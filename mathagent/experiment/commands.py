@@ -312,7 +312,8 @@ def run_all(todo: list[Planned], spec: Spec, work: Path, model: Path, schedules:
     """Run ``todo``, ``args.parallel`` at a time; return the names of those that failed."""
     spec.out.mkdir(parents=True, exist_ok=True)
     queue, active, failed = list(todo), [], []
-    with runner.GpuMonitor(work / runner.GPU_APPS):
+    with (runner.GpuMonitor(work / runner.GPU_APPS),
+          runner.CpuMonitor(work / runner.CPU_SAMPLES)):
         try:
             while queue or active:
                 while queue and len(active) < args.parallel:

@@ -5,7 +5,8 @@ gigabytes: the TensorBoard event files (``monitor/``), ``params.json`` (``train`
 run), the config handed to ``tune()`` (``launched_config.yaml``), Trinity's meta files, a log
 excerpt (the launch report and the lines that mark each phase), Trinity's whole runtime
 ``Config`` as it printed it, ``timings.json`` (start-up milestones, peak GPU memory per role,
-the seconds of every step, read from the log) and, from the run's experience buffer
+the seconds of every step, read from the log, and, where the CPU monitor ran, the CPU cores
+each role kept busy during the evaluations and the steps between them) and, from the run's experience buffer
 (:mod:`mathagent.experiment.buffer`), ``samples.jsonl``, ``buffer_steps.csv`` and
 ``buffer_tasks.csv``; where the run was profiled (``MATHAGENT_PROFILE_STEP``,
 :mod:`mathagent.step_profile`), ``profile/`` with each profiled call's summary and table (its
@@ -14,8 +15,9 @@ into place once whole, so a folder named after a run is a finished run.
 
 Beside the run folders, from *every* run folder in ``OUT`` (:func:`write_tables`): the median
 time of each phase (``phase_times.csv``), the start-up milestones (``startup.csv``), the peak
-GPU memory per run and role (``gpu_memory.csv``) and where each run's effective task ratio
-comes from (``etr_sources.csv``). The figures, tidy table and page are the report's.
+GPU memory per run and role (``gpu_memory.csv``), where each run's effective task ratio
+comes from (``etr_sources.csv``) and, for runs with the CPU monitor, the CPU cores busy per
+phase and role (``cpu_use.csv``). The figures, tidy table and page are the report's.
 """
 
 from __future__ import annotations
@@ -144,6 +146,75 @@ def gpu_memory(apps: pd.DataFrame, log: str, run: str) -> dict[str, float]:
     return out
 
 
+#: Where an evaluation's window ends: the explorer's weight sync after it (which waits for its
+#: results), or the next explore step where no sync is logged.
+EVAL_END = re.compile(r"Explorer sync_weights at step \d+ started|Explore step \d+ started")
+#: The CPU monitor's row for the whole machine (:class:`mathagent.experiment.runner.CpuMonitor`):
+#: its pid and run.
+MACHINE_PID, MACHINE_RUN = 0, "*"
+#: The phases :func:`cpu_cores` splits a run into.
+CPU_PHASES = ("evaluation", "steps between evaluations")
+
+
+def phase_windows(log: str, t0: float) -> dict[str, list[tuple[float, float]]]:
+    """The Unix-time spans of :data:`CPU_PHASES` in ``log``: each held-out evaluation (from
+    "Evaluation at step N started" to :data:`EVAL_END`), and the training steps from step 2's
+    start to the last step's, less the evaluations."""
+    year = datetime.fromtimestamp(t0).year
+    lines = [(stamp(x, year), x) for x in map(clean, log.splitlines())]
+    lines = [(t, x) for t, x in lines if t is not None]
+    evals = []
+    for i, (t, line) in enumerate(lines):
+        if re.search(r"Evaluation at step \d+ started", line):
+            end = next((u for u, x in lines[i + 1:] if EVAL_END.search(x)), None)
+            if end is not None:
+                evals.append((t, end))
+    starts = [t for t, x in lines if re.search(r"Explore step (?!1 )\d+ started", x)]
+    steps = []
+    if len(starts) > 1:
+        cursor = min(starts)
+        for a, b in sorted(evals) + [(max(starts), max(starts))]:
+            if a > cursor:
+                steps.append((cursor, min(a, max(starts))))
+            cursor = max(cursor, b)
+    return {"evaluation": evals, "steps between evaluations": steps}
+
+
+def cpu_cores(samples: pd.DataFrame, log: str, run: str, t0: float) -> dict:
+    """CPU cores busy on average in each of :data:`CPU_PHASES` of ``run``: per role (all its
+    processes, and its busiest process alone) and for the whole machine, from the CPU
+    monitor's samples (:class:`mathagent.experiment.runner.CpuMonitor`). Empty without
+    samples of the run."""
+    mine = samples[(samples["t"] >= t0) & samples["run"].isin([run, MACHINE_RUN])]
+    if not (mine["run"] == run).any():
+        return {}
+    mine = mine.sort_values("t")
+    grouped = mine.groupby("pid")
+    mine = mine.assign(used=grouped["cpu_s"].diff(), dt=grouped["t"].diff())
+    mine = mine[(mine["dt"] > 0) & (mine["used"] >= 0)]
+    mine = mine.assign(mid=mine["t"] - mine["dt"] / 2)
+    count = samples[samples["run"] == run].groupby("role")["pid"].nunique()
+    out = {}
+    for phase, spans in phase_windows(log, t0).items():
+        inside = pd.Series(False, index=mine.index)
+        for a, b in spans:
+            inside |= (mine["mid"] >= a) & (mine["mid"] < b)
+        part = mine[inside]
+        machine = part[part["run"] == MACHINE_RUN]
+        seconds = machine["dt"].sum()
+        if seconds <= 0:
+            continue
+        roles = {}
+        for role, rows in part.groupby("role"):
+            per_pid = rows.groupby("pid")["used"].sum() / seconds
+            name = role if role not in count or count[role] == 1 else \
+                f"{role} ({count[role]} processes)"
+            roles[name] = {"all": round(float(per_pid.sum()), 2),
+                           "busiest": round(float(per_pid.max()), 2)}
+        out[phase] = dict(sorted(roles.items(), key=lambda kv: -kv[1]["all"]))
+    return out
+
+
 TIMINGS = "timings.json"
 #: What a finished run folder always holds (a folder without them is not one).
 RUN_FILES = ("params.json", TIMINGS)
@@ -169,11 +240,11 @@ class Finished:
 
 
 def lay_out(run: Finished, out: Path, apps: pd.DataFrame, tokenizer: Path | None = None,
-            buffer_seconds: float = BUFFER_SECONDS) -> Path:
+            buffer_seconds: float = BUFFER_SECONDS, cpu: pd.DataFrame | None = None) -> Path:
     """Write ``out/<run.name>/`` from ``run`` (see the module's docstring); return it.
 
     ``apps`` is the GPU monitor's table (``t, pid, mib, run``: every process's memory, with
-    the run its environment names). The folder is written as ``out/.<name>.tmp`` and renamed
+    the run its environment names); ``cpu``, the CPU monitor's (:func:`read_cpu`), if any. The folder is written as ``out/.<name>.tmp`` and renamed
     into place at the end; an existing ``out/<name>`` is a :class:`FileExistsError` (a partial
     folder is moved aside before its run starts again, never written over).
     """
@@ -209,6 +280,9 @@ def lay_out(run: Finished, out: Path, apps: pd.DataFrame, tokenizer: Path | None
         "gpu_memory_gib": gpu_memory(apps[apps["t"] >= run.started], log, run.name),
         "whole_step_s": step_seconds(log, run.started).to_dict(),
     }
+    cores = cpu_cores(cpu, log, run.name, run.started) if cpu is not None else {}
+    if cores:
+        timings["cpu_cores"] = cores
     # last: a folder with its timings is whole
     (tmp / TIMINGS).write_text(json.dumps(timings, indent=1) + "\n")
     tmp.rename(dest)
@@ -245,6 +319,16 @@ def read_apps(file: Path) -> pd.DataFrame:
     return pd.read_csv(file, names=["t", "pid", "mib", "run"])
 
 
+def read_cpu(file: Path) -> pd.DataFrame:
+    """The CPU monitor's table (``t, pid, role, cpu_s, run``); empty where there was none."""
+    names = ["t", "pid", "role", "cpu_s", "run"]
+    if not file.is_file() or file.stat().st_size == 0:
+        return pd.DataFrame({n: pd.Series(dtype=float if n in ("t", "cpu_s") else
+                                          int if n == "pid" else str) for n in names})
+    # a row cut short by a kill mid-write is dropped
+    return pd.read_csv(file, names=names, on_bad_lines="skip").dropna()
+
+
 def run_folders(out: Path) -> list[Path]:
     """The finished run folders of a results folder (those with :data:`RUN_FILES`), by name."""
     if not out.is_dir():
@@ -271,8 +355,25 @@ def timing_tables(folders: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame, pd.D
             pd.DataFrame(phases).round(2).rename_axis("median seconds over steps 1+"))
 
 
+def cpu_table(folders: list[Path]) -> pd.DataFrame:
+    """The runs' CPU cores busy per phase and role (:func:`cpu_cores`), one column per run
+    that had the CPU monitor."""
+    columns = {}
+    for folder in folders:
+        cores = json.loads((folder / TIMINGS).read_text()).get("cpu_cores", {})
+        columns[folder.name] = pd.Series({
+            (phase, role, f"cores, {which} process" if which == "busiest" else "cores, all"):
+                value
+            for phase, roles in cores.items() for role, pair in roles.items()
+            for which, value in pair.items()}, dtype=float)
+    table = pd.DataFrame(columns)
+    if not table.empty:
+        table.index = table.index.set_names(["phase", "role", "measure"])
+    return table
+
+
 #: The folder's tables, from every run folder (:func:`write_tables`).
-TABLES = ("startup.csv", "gpu_memory.csv", "phase_times.csv", "etr_sources.csv")
+TABLES = ("startup.csv", "gpu_memory.csv", "phase_times.csv", "etr_sources.csv", "cpu_use.csv")
 
 
 def write_tables(out: Path) -> list[Path]:
@@ -285,4 +386,8 @@ def write_tables(out: Path) -> list[Path]:
         written.append(out / name)
     results.etr_sources(folders).to_csv(out / TABLES[3], index=False)
     written.append(out / TABLES[3])
+    cpu = cpu_table(folders)
+    if not cpu.empty:   # only where a run had the CPU monitor
+        cpu.to_csv(out / TABLES[4])
+        written.append(out / TABLES[4])
     return written

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,7 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mathagent import paths, results
-from mathagent.experiment.layout import Finished, lay_out, read_apps, write_tables
+from mathagent.experiment.layout import (
+    MACHINE_PID,
+    MACHINE_RUN,
+    Finished,
+    lay_out,
+    read_apps,
+    read_cpu,
+    write_tables,
+)
 from mathagent.experiment.progress import LogFollower, Progress, now, problem_lines
 from mathagent.results.spec import Run
 
@@ -49,6 +58,7 @@ RUN_LABEL = "MATHAGENT_RUN_LABEL"
 FAILED_GRACE = 30.0
 STATE = "state.json"
 GPU_APPS = "gpu_apps.csv"
+CPU_SAMPLES = "cpu_samples.csv"
 
 
 def run_env(run: Run, folder: Path, model: Path) -> dict[str, str]:
@@ -79,18 +89,23 @@ def read_state(folder: Path) -> dict:
         return {}
 
 
-class GpuMonitor:
-    """Every ``interval`` seconds, each GPU process's memory and the run its environment
-    names (:data:`RUN_LABEL`), appended to ``file`` as ``t, pid, MiB, run`` (what
-    :func:`mathagent.experiment.layout.gpu_memory` reads). Does nothing without nvidia-smi."""
+class _Monitor:
+    """A thread that, every ``interval`` seconds until the ``with`` block ends, appends the
+    rows of :meth:`sample` to ``file``; it does nothing where :meth:`available` is false."""
 
     def __init__(self, file: Path, interval: float = 5.0) -> None:
         self.file, self.interval = file, interval
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
-    def __enter__(self) -> GpuMonitor:
-        if shutil.which("nvidia-smi"):
+    def available(self) -> bool:
+        raise NotImplementedError
+
+    def sample(self) -> list[str]:
+        raise NotImplementedError
+
+    def __enter__(self):
+        if self.available():
             self.thread.start()
         return self
 
@@ -101,22 +116,108 @@ class GpuMonitor:
 
     def _loop(self) -> None:
         while not self.stopped.is_set():
-            rows = []
-            try:
-                out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
-                                      "--format=csv,noheader,nounits"], capture_output=True,
-                                     text=True, timeout=30).stdout
-            except (OSError, subprocess.TimeoutExpired):
-                out = ""
-            t = int(time.time())
-            for line in out.splitlines():
-                pid, _, mib = (x.strip() for x in line.partition(","))
-                if pid.isdigit() and mib.isdigit():
-                    rows.append(f"{t},{pid},{mib},{label_of(int(pid))}\n")
+            rows = self.sample()
             if rows:
                 with open(self.file, "a") as fh:
                     fh.writelines(rows)
             self.stopped.wait(self.interval)
+
+
+class GpuMonitor(_Monitor):
+    """Every ``interval`` seconds, each GPU process's memory and the run its environment
+    names (:data:`RUN_LABEL`), appended to ``file`` as ``t, pid, MiB, run`` (what
+    :func:`mathagent.experiment.layout.gpu_memory` reads). Does nothing without nvidia-smi."""
+
+    def available(self) -> bool:
+        return shutil.which("nvidia-smi") is not None
+
+    def sample(self) -> list[str]:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                                  "--format=csv,noheader,nounits"], capture_output=True,
+                                 text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            out = ""
+        t, rows = int(time.time()), []
+        for line in out.splitlines():
+            pid, _, mib = (x.strip() for x in line.partition(","))
+            if pid.isdigit() and mib.isdigit():
+                rows.append(f"{t},{pid},{mib},{label_of(int(pid))}\n")
+        return rows
+
+
+class CpuMonitor(_Monitor):
+    """Every ``interval`` seconds, the CPU seconds each process of a run (one whose
+    environment names it, :data:`RUN_LABEL`) has used since it started, appended to ``file``
+    as ``t, pid, role, cpu_s, run`` (what :func:`mathagent.experiment.layout.cpu_cores`
+    reads), and the machine's busy CPU seconds as pid :data:`MACHINE_PID`, run
+    :data:`MACHINE_RUN`, role ``machine, N cores``. A process's seconds include those of the
+    children it has waited for: a workflow runner's include its Python tool's sandboxes,
+    which live too briefly to be sampled themselves. ``role`` is the process's title (Ray
+    and vLLM name theirs: ``ray::WorkflowRunner``, ``VLLM::EngineCore``). Linux only
+    (``/proc``); does nothing elsewhere."""
+
+    #: Seconds between samples.
+    INTERVAL = 2.0
+
+    def __init__(self, file: Path, interval: float | None = None) -> None:
+        super().__init__(file, interval or self.INTERVAL)
+        self.labels: dict[tuple[int, str], str] = {}   # (pid, start time) -> run or ""
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.cores = os.cpu_count() or 1
+
+    def available(self) -> bool:
+        return Path("/proc/stat").is_file()
+
+    def sample(self) -> list[str]:
+        t = round(time.time(), 2)
+        rows = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rpartition(")")[2].split()
+                key = (int(entry.name), fields[19])  # pid and its start time
+                if key not in self.labels:
+                    self.labels[key] = label_of(key[0]).replace(",", " ")
+                run = self.labels[key]
+                if run == "?":
+                    continue
+                ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+                title = (entry / "cmdline").read_bytes()
+            except (OSError, IndexError, ValueError):
+                continue   # gone since it was listed
+            rows.append(f"{t},{key[0]},{role_of(title)},{ticks / self.tick:.2f},{run}\n")
+        try:
+            cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+            busy = sum(int(x) for i, x in enumerate(cpu) if i not in (3, 4))  # not idle, iowait
+        except (OSError, IndexError, ValueError):
+            return rows
+        rows.append(f"{t},{MACHINE_PID},machine ({self.cores} cores),{busy / self.tick:.2f},"
+                    f"{MACHINE_RUN}\n")
+        return rows
+
+
+def role_of(cmdline: bytes) -> str:
+    """A process's role from its command line: the title Ray or vLLM gave it (``ray::Name``,
+    ``VLLM::Name``, without the method it runs), else its program and, for Python, the
+    module or script it runs."""
+    args = [a for a in cmdline.decode(errors="replace").replace("\0", " ").split() if a]
+    if not args:
+        return "?"
+    first = args[0]
+    if first.startswith(("ray::", "VLLM::")):
+        return re.split(r"[.(\[]", first)[0]
+    name = os.path.basename(first)
+    if name.startswith("python") and len(args) > 1:
+        rest = args[1:]
+        while rest and rest[0].startswith("-") and rest[0] != "-m":
+            rest = rest[1:]
+        if rest[:1] == ["-m"] and len(rest) > 1:
+            return f"{name} -m {rest[1]}"
+        if rest:
+            return f"{name} {os.path.basename(rest[0])}"
+    return name
 
 
 def label_of(pid: int) -> str:
@@ -260,7 +361,8 @@ def finish(active: Active, out: Path, work: Path, model: Path,
                         active.folder / "train.log", active.started, ended,
                         profile=active.folder / "runs" / "profile")
     try:
-        dest = lay_out(finished, out, read_apps(work / GPU_APPS), tokenizer=model)
+        dest = lay_out(finished, out, read_apps(work / GPU_APPS), tokenizer=model,
+                      cpu=read_cpu(work / CPU_SAMPLES))
     except (OSError, ValueError) as exc:   # its files stay; the next call starts it again
         print(f"[{now()}] {run.name}: trained, but could not be laid out: {exc}", flush=True)
         return False
