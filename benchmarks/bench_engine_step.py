@@ -1,8 +1,8 @@
 """The Trinity-RFT engine step of the Qwen policy, phase by phase, against the plain-PyTorch
-anchor, for runs with and without the speed levers.
+anchor, for runs with and without the speed levers, or runs of the same settings side by side.
 
     python benchmarks/bench_engine_step.py RUN_FOLDER... --anchor ANCHOR.json
-        [--labels NAME...] [--out benchmarks/bench_engine_step.md] [--levers fast|levers]
+        [--labels NAME...] [--out benchmarks/bench_engine_step.md] [--levers fast|levers|none]
         [--same-learning FAST_RUN REFERENCE_RUN [REFERENCE_RUN...]]
 
 Each RUN_FOLDER is a Trinity-RFT run laid out as the results folders are (event files under
@@ -17,6 +17,15 @@ costs: CUDA graphs of new shapes, allocator growth), in seconds, and its ratio t
 matching figure: training phases to the anchor's update of 128 sequences in micro-batches of 8,
 the reference log-prob pass to half its two passes, the weight sync to its device-to-device
 copy of every weight. Start-up in minutes from ``train``; peak GPU memory per role in GiB.
+
+``--levers`` names what the runs differ in (:data:`LEVER_SETS`). ``fast`` and ``levers``: the
+last run turned on those levers against the first; a table sets each lever's row before
+against after, and the goals are the last run's. ``none``: the runs share their settings (the
+run alone on the GPU against two sharing it, ``benchmarks/engine_step_pair.sh``); the goals
+are each run's, and a table gives each later run's step, training step, rollout and
+evaluation against the first's. Where a run's ``timings.json`` has ``cpu_cores`` (the
+experiment command's CPU monitor), a table gives the CPU cores busy by phase and role
+(:func:`cpu_lines`).
 
 ``--same-learning FAST_RUN REFERENCE_RUN...`` adds whether the fast settings change what is
 learned: for each reference run, the held-out accuracy of both runs at every step both
@@ -61,7 +70,8 @@ STARTUP = ("all workflow runners ready", "step 1 starts")
 #: after; levers turned on together have one effect. ``fast``: the committed before and after
 #: (``base`` and ``fast``); ``levers``: ``spec_fast8.yaml``'s run against ``spec_levers.yaml``'s,
 #: padding removed with log-probabilities in blocks (on together, so one effect on each pass),
-#: and several tasks a workflow runner (``benchmarks/engine_step_levers.sh``).
+#: and several tasks a workflow runner (``benchmarks/engine_step_levers.sh``); ``none``: runs
+#: of the same settings, set side by side (``benchmarks/engine_step_pair.sh``).
 LEVER_SETS = {
     "fast": (
         ("micro-batches of 8 for the update (2 before) and no gradient checkpointing (the "
@@ -88,12 +98,16 @@ LEVER_SETS = {
          "runs' own length, one evaluation a run", "MATHAGENT_RUNNER_SLOTS=4",
          "held-out evaluation (660 x 4)"),
     ),
+    "none": (),
 }
 #: The goals of one run alone on one GPU at 16 x 8: (row, most allowed)
 GOALS = (("whole step (log: one explore start to the next)", 10.0),
          ("trainer: whole training step", 5.0), ("weight sync", 1.0),
          ("held-out evaluation (660 x 4)", 30.0), ("start-up: step 1 starts, min", 2.0),
          ("peak GPU memory: run, all processes (sum at one time), GiB", 40.0))
+#: The rows ``--levers none`` sets each later run against the first on
+AGAINST_FIRST = ("whole step (log: one explore start to the next)", "trainer: whole training step",
+                 "rollout (16 x 8 agent runs)", "held-out evaluation (660 x 4)")
 ANCHOR_MB = "mb8"
 
 
@@ -137,16 +151,35 @@ def ratios(column: pd.Series, anchor: dict) -> pd.Series:
 
 def lever_and_goal_tables(frame: pd.DataFrame, levers: str = "fast") -> str:
     """One row per lever of ``LEVER_SETS[levers]`` (the first and last columns: before and
-    after) and one per goal."""
+    after) and one per goal, for the last column."""
     before, after = frame.columns[0], frame.columns[-1]
     rows = [f"| lever | setting | acts on | {before} | {after} |", "| --- " * 5 + "|"]
     for lever, setting, row in LEVER_SETS[levers]:
         rows.append(f"| {lever} | `{setting}` | {row} | {_fmt(frame.at[row, before])} | "
                     f"{_fmt(frame.at[row, after])} |")
-    rows += ["", f"| goal | at most | {after} | met |", "| --- " * 4 + "|"]
+    return "\n".join(rows) + "\n\n" + goal_table(frame, [after])
+
+
+def goal_table(frame: pd.DataFrame, labels: list[str]) -> str:
+    """One row per goal: each of ``labels``' value and whether it is met."""
+    rows = ["| goal | at most | " + " | ".join(f"{lab} | met" for lab in labels) + " |",
+            "| --- " * (2 + 2 * len(labels)) + "|"]
     for row, most in GOALS:
-        value = frame.at[row, after]
-        rows.append(f"| {row} | {most:g} | {_fmt(value)} | {'yes' if value <= most else 'no'} |")
+        cells = [f"{_fmt(frame.at[row, lab])} | {'yes' if frame.at[row, lab] <= most else 'no'}"
+                 for lab in labels]
+        rows.append(f"| {row} | {most:g} | {' | '.join(cells)} |")
+    return "\n".join(rows)
+
+
+def against_first(frame: pd.DataFrame) -> str:
+    """Each later column's :data:`AGAINST_FIRST` rows over the first column's."""
+    first, *later = frame.columns
+    rows = ["| measure | " + " | ".join(f"{lab} / {first}" for lab in later) + " |",
+            "| --- " * (1 + len(later)) + "|"]
+    for row in AGAINST_FIRST:
+        cells = [frame.at[row, lab] / frame.at[row, first] for lab in later]
+        rows.append(f"| {row} | "
+                    + " | ".join("" if math.isnan(x) else f"{x:.2f}x" for x in cells) + " |")
     return "\n".join(rows)
 
 
@@ -161,9 +194,39 @@ def table(folders: list[Path], labels: list[str], anchor: dict, levers: str = "f
         cells = [_fmt(frame.at[name, lab]) for lab in labels]
         rcells = [_fmt(ratio_cols[lab].get(name, math.nan), "x") for lab in labels]
         lines.append(f"| {name} | {' | '.join(cells)} | {' | '.join(rcells)} |")
-    if len(labels) > 1:
+    if levers == "none":
+        lines += ["", "### The goals", "", goal_table(frame, labels)]
+        if len(labels) > 1:
+            lines += ["", "### Each run against the first", "", against_first(frame)]
+    elif len(labels) > 1:
         lines += ["", "### The levers and the goals", "", lever_and_goal_tables(frame, levers)]
     return "\n".join(lines)
+
+
+def cpu_lines(folders: list[Path], labels: list[str]) -> str:
+    """The CPU cores busy by phase and role of the runs whose ``timings.json`` has
+    ``cpu_cores`` (:func:`mathagent.experiment.layout.cpu_cores`), one column per run, blank
+    where a run lacks the row; empty where no run has them."""
+    cores = [json.loads((f / "timings.json").read_text()).get("cpu_cores", {}) for f in folders]
+    phases = dict.fromkeys(phase for run in cores for phase in run)
+    keys = [(phase, role) for phase in phases
+            for role in dict.fromkeys(role for run in cores for role in run.get(phase, {}))]
+    if not keys:
+        return ""
+    rows = ["### CPU cores busy, by phase and role", "",
+            "The mean CPU cores each run's processes kept busy in each phase, all of a role's "
+            "processes together and its busiest one alone, from the experiment command's CPU "
+            "monitor (a process's seconds include those of the children it waited for, so a "
+            "workflow runner's include its Python tool's sandboxes); the machine row is the "
+            "whole machine's.", "",
+            f"| phase | role | processes | {' | '.join(labels)} |",
+            "| --- " * (3 + len(labels)) + "|"]
+    for phase, role in keys:
+        for which, name in (("all", "all processes"), ("busiest", "busiest process")):
+            values = [run.get(phase, {}).get(role, {}).get(which) for run in cores]
+            cells = ["" if x is None else f"{x:.2f}" for x in values]
+            rows.append(f"| {phase} | {role} | {name} | {' | '.join(cells)} |")
+    return "\n".join(rows)
 
 
 def _fmt(value: float, unit: str = "") -> str:
@@ -291,6 +354,8 @@ def lever_mismatch(before: Path, after: Path, levers: str) -> str | None:
     one of its variables set, or the after run without it."""
     switches = {word.split("=")[0]: word.split("=")[1] for _, setting, _ in LEVER_SETS[levers]
                 for word in setting.split() if word.startswith("MATHAGENT_")}
+    if not switches:  # ``none``: the runs share their settings
+        return None
     for folder, want in ((before, False), (after, True)):
         try:
             recorded = recorded_levers(folder)
@@ -318,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--figure", type=Path, help="where the same-learning figure goes")
     parser.add_argument("--levers", choices=sorted(LEVER_SETS), default="fast",
                         help="the levers the last run turned on against the first (default: "
-                             "fast, the committed before and after)")
+                             "fast, the committed before and after); none: runs of the same "
+                             "settings, each against the first")
     parser.add_argument("--eval-tasks", type=int, default=660,
                         help="held-out tasks per evaluation (for the bound; default 660)")
     args = parser.parse_args(argv)
@@ -347,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         body = table(args.runs, labels, anchor, args.levers)
+        cpu = cpu_lines(args.runs, labels)
+        if cpu:
+            body += f"\n\n{cpu}"
         if args.same_learning:
             where = args.out.parent if args.out else Path(".")
             figure = args.figure or where / "same_learning.png"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import statistics
 
 import pytest
 
@@ -163,3 +164,108 @@ def test_a_profiled_step_is_named_only_when_it_is_a_step(bench, tmp_path, capsys
     assert bench.main([*ARGS[:7], "--same-learning", ARGS[8]]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: --same-learning takes the fast run and at least one reference run"]
+
+
+def _rows(text: str, head: str) -> dict[str, list[str]]:
+    """The cells of the table under the line ``head``, by first cell (header row included)."""
+    lines = text.splitlines()
+    start = lines.index(head) + 2
+    rows = {}
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if cells[0] != "---":
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_runs_of_the_same_settings_get_goals_each_and_each_against_the_first(bench, tmp_path,
+                                                                              capsys):
+    """``--levers none`` (benchmarks/engine_step_pair.sh): no lever table and no lever check
+    (the first run here ran with the levers, which ``--levers levers`` refuses in a "before"),
+    each run's goals, and each later run's step, training step, rollout and evaluation over the
+    first run's."""
+    runs = [STEP / name / "random_seed0" for name in ("levers", "fast8", "fast")]
+    args = [*map(str, runs), "--anchor", str(STEP / "anchor_levers.json"),
+            "--labels", "alone", "pair, seed 0", "pair, seed 1"]
+    assert bench.main([*args, "--levers", "levers"]) == 2
+    capsys.readouterr()
+    out = tmp_path / "pair.md"
+    assert bench.main([*args, "--levers", "none", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert not any(line.startswith("| lever |") for line in text.splitlines())
+    assert "CPU cores busy" not in text  # no run has cpu_cores
+    goals = _rows(text, "### The goals")
+    assert goals["goal"] == ["at most", "alone", "met", "pair, seed 0", "met", "pair, seed 1",
+                             "met"]
+    # the whole steps' medians over steps 2+ (timings.json): 9, 18 and 20 s, against 10 at most
+    whole = "whole step (log: one explore start to the next)"
+    medians = []
+    for run in runs:
+        steps = json.loads((run / "timings.json").read_text())["whole_step_s"]
+        medians.append(statistics.median(s for k, s in steps.items() if int(k.split()[1]) >= 2))
+    assert medians == [9, 18, 20]
+    assert goals[whole] == ["10", "9", "yes", "18", "no", "20", "no"]
+    assert goals["weight sync"] == ["1", "0.08", "yes", "0.07", "yes", "0.09", "yes"]
+    ratios = _rows(text, "### Each run against the first")
+    assert ratios["measure"] == ["pair, seed 0 / alone", "pair, seed 1 / alone"]
+    assert ratios[whole] == ["2.00x", "2.22x"]  # 18 / 9 and 20 / 9
+    columns = [bench.run_column(run) for run in runs]
+    for row in ("trainer: whole training step", "rollout (16 x 8 agent runs)",
+                "held-out evaluation (660 x 4)"):
+        assert ratios[row] == [f"{c[row] / columns[0][row]:.2f}x" for c in columns[1:]]
+    # worked by hand from the committed tables: training steps of 13.94 s and 4.85 s
+    assert ratios["trainer: whole training step"][0] == "2.87x"
+    assert list(ratios) == ["measure", whole, "trainer: whole training step",
+                            "rollout (16 x 8 agent runs)", "held-out evaluation (660 x 4)"]
+
+
+CORES = {"evaluation": {"machine (16 cores)": {"all": 9.87, "busiest": 9.87},
+                        "ray::WorkflowRunner (16 processes)": {"all": 6.5, "busiest": 0.614},
+                        "VLLM::EngineCore": {"all": 1.0, "busiest": 1.0}},
+         "steps between evaluations": {"machine (16 cores)": {"all": 4.2, "busiest": 4.2},
+                                       "ray::WorkerDict": {"all": 1.234, "busiest": 1.1}}}
+
+
+def test_the_cpu_table_is_the_runs_timings(bench, tmp_path):
+    """A run's ``cpu_cores`` (timings.json) gives the CPU table, phase by phase and role by role
+    in the run's order, to 2 decimals, blank for a run without the row."""
+    run = tmp_path / "alone"
+    shutil.copytree(STEP / "fast" / "random_seed0", run)
+    timings = json.loads((run / "timings.json").read_text())
+    (run / "timings.json").write_text(json.dumps({**timings, "cpu_cores": CORES}))
+    out = tmp_path / "pair.md"
+    args = [str(run), str(STEP / "base" / "random_seed0"), "--anchor", str(STEP / "anchor.json"),
+            "--labels", "alone", "old", "--levers", "none", "--out", str(out)]
+    assert bench.main(args) == 0
+    text = out.read_text()
+    lines = text.splitlines()
+    at = lines.index("### CPU cores busy, by phase and role")
+    assert "mean CPU cores" in lines[at + 2] and "machine row" in lines[at + 2]
+    table = [[c.strip() for c in line.split("|")[1:-1]] for line in lines[at + 4:]
+             if line.startswith("|")][:12]
+    assert table[0] == ["phase", "role", "processes", "alone", "old"]
+    assert table[2:] == [
+        ["evaluation", "machine (16 cores)", "all processes", "9.87", ""],
+        ["evaluation", "machine (16 cores)", "busiest process", "9.87", ""],
+        ["evaluation", "ray::WorkflowRunner (16 processes)", "all processes", "6.50", ""],
+        ["evaluation", "ray::WorkflowRunner (16 processes)", "busiest process", "0.61", ""],
+        ["evaluation", "VLLM::EngineCore", "all processes", "1.00", ""],
+        ["evaluation", "VLLM::EngineCore", "busiest process", "1.00", ""],
+        ["steps between evaluations", "machine (16 cores)", "all processes", "4.20", ""],
+        ["steps between evaluations", "machine (16 cores)", "busiest process", "4.20", ""],
+        ["steps between evaluations", "ray::WorkerDict", "all processes", "1.23", ""],
+        ["steps between evaluations", "ray::WorkerDict", "busiest process", "1.10", ""]]
+    # a second run with a role of its own: its row after the first run's, blank in the first
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "timings.json").write_text(json.dumps({"cpu_cores": {"evaluation": {
+        "machine (16 cores)": {"all": 12.0, "busiest": 12.0},
+        "ray::Trainer": {"all": 0.5, "busiest": 0.5}}}}))
+    rows = [line for line in bench.cpu_lines([run, other], ["a", "b"]).splitlines()
+            if line.startswith("| evaluation |")]
+    assert rows[0] == "| evaluation | machine (16 cores) | all processes | 9.87 | 12.00 |"
+    assert rows[2] == "| evaluation | ray::WorkflowRunner (16 processes) | all processes | 6.50 |  |"
+    assert rows[-1] == "| evaluation | ray::Trainer | busiest process |  | 0.50 |"
+    assert bench.cpu_lines([STEP / "base" / "random_seed0"], ["old"]) == ""
