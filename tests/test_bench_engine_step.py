@@ -269,3 +269,21 @@ def test_the_cpu_table_is_the_runs_timings(bench, tmp_path):
     assert rows[2] == "| evaluation | ray::WorkflowRunner (16 processes) | all processes | 6.50 |  |"
     assert rows[-1] == "| evaluation | ray::Trainer | busiest process |  | 0.50 |"
     assert bench.cpu_lines([STEP / "base" / "random_seed0"], ["old"]) == ""
+
+
+def test_the_committed_16_step_levers_page_is_what_its_run_gives(bench, tmp_path):
+    """bench_engine_step_levers16.md: its tables (phases, goals, CPU cores, the same-learning
+    check at steps 8 and 16) are what the committed 16-step run and its anchor give."""
+    out = tmp_path / "levers16.md"
+    run = str(STEP / "levers16" / "random_seed0")
+    args = [run, "--anchor", str(STEP / "anchor_pair.json"), "--labels", "levers, 16 steps",
+            "--levers", "none", "--same-learning", run,
+            str(paths.REPO_ROOT / "results" / "trinity_qwen" / "random_seed0"),
+            "--figure", str(tmp_path / "f.png"), "--out", str(out)]
+    assert bench.main(args) == 0
+    text = out.read_text()
+    assert _tables(text) == _tables((BENCH / "bench_engine_step_levers16.md").read_text())
+    held_out = [line.split("|")[1].strip() for line in _tables(text)
+                if line.startswith(("| 8 | 0.", "| 16 | 0."))]   # not the anchor's rows
+    assert held_out == ["8", "16"]
+    assert "| evaluation | ray::RolloutCoordinator | busiest process |" in text
