@@ -52,6 +52,9 @@ The fixes:
 * ``verl-batched-logprobs`` (a speed lever, only with ``MATHAGENT_BATCHED_LOGPROBS=1``):
   without flash-attn verl computes log-probabilities a token at a time; this, in blocks of
   rows (:mod:`mathagent.batched_logprobs`). Measured with padding removal (the same page).
+* ``trinity-fast-bootstrap`` (a speed lever, on unless ``MATHAGENT_FAST_BOOTSTRAP=0``): each
+  evaluation task's best-of and worst-of metrics from the same resamples, drawn and reduced in
+  a few NumPy calls (:mod:`mathagent.eval_bootstrap`); the same numbers to the bit.
 * ``verl-step-profile`` (a diagnostic, only with ``MATHAGENT_PROFILE_STEP=N``): the trainer
   profiles the Nth call of its update and of its log-prob pass (:mod:`mathagent.step_profile`).
 """
@@ -68,8 +71,9 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from mathagent import batched_logprobs, step_profile
+from mathagent import batched_logprobs, eval_bootstrap, runner_slots, step_profile
 from mathagent.batched_logprobs import BATCHED_LOGPROBS_ENV
+from mathagent.eval_bootstrap import FAST_BOOTSTRAP_ENV
 from mathagent.runner_slots import SLOTS_ENV, slots_problem
 from mathagent.step_profile import PROFILE_ENV
 
@@ -376,30 +380,9 @@ def varlen_attention_misfit() -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------------------
-# trinity-rft 0.6.0: a workflow runner takes one task at a time (a lever for evaluation)
-# --------------------------------------------------------------------------------------
-
-
-def _runner_slots_unwanted() -> str | None:
-    from mathagent.runner_slots import slots
-
-    if slots() < 2:
-        return f"a speed lever, applied only with {SLOTS_ENV}=K for K of 2 or more"
-    return None
-
-
-def _apply_runner_slots() -> bool:
-    from trinity.explorer import scheduler
-
-    from mathagent import runner_slots
-
-    return runner_slots.install(scheduler)
-
-
 #: The environment variables that turn the levers on; ``train`` passes them to every Ray worker.
 LEVER_ENVS = (EARLY_EXPLORER_ENV, IPC_SYNC_ENV, VARLEN_ATTN_ENV, SLOTS_ENV, PROFILE_ENV,
-              BATCHED_LOGPROBS_ENV)
+              BATCHED_LOGPROBS_ENV, FAST_BOOTSTRAP_ENV)
 
 
 def lever_problem(name: str, value: str | None) -> str | None:
@@ -457,8 +440,17 @@ FIXES: tuple[Fix, ...] = (
                  "time, runner_per_model capped at the batch size in asynchronous mode",
         summary="speed lever: each workflow runner takes MATHAGENT_RUNNER_SLOTS tasks at once "
                 "(mathagent.runner_slots)",
-        module="trinity.explorer.scheduler", apply=_apply_runner_slots,
-        condition=_runner_slots_unwanted),
+        module="trinity.explorer.scheduler",
+        apply=lambda: runner_slots.install(importlib.import_module("trinity.explorer.scheduler")),
+        condition=runner_slots.unwanted),
+    Fix(name="trinity-fast-bootstrap", package="trinity-rft", versions=("0.6.0",),
+        upstream="Trinity-RFT 0.6.0 utils/metrics.py bootstrap_metric: 1,000 resamples a "
+                 "metric of each evaluation task, one np.random.choice call at a time",
+        summary="speed lever: the same resamples drawn and reduced in a few NumPy calls "
+                "(mathagent.eval_bootstrap)",
+        module="trinity.utils.metrics",
+        apply=lambda: eval_bootstrap.install(importlib.import_module("trinity.utils.metrics")),
+        condition=eval_bootstrap.unwanted),
     Fix(name="verl-step-profile", package="verl", versions=("0.8.0",),
         upstream="verl 0.8.0 workers/engine_workers.py TrainingWorker: no profile of a step "
                  "without its driver's start_profile, which Trinity-RFT 0.6.0 never calls",

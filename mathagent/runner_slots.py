@@ -58,6 +58,13 @@ def slots() -> int:
     return (positive_int(value) if value is not None else None) or 1
 
 
+def unwanted() -> str | None:
+    """Why the lever is not applied here (fewer than 2 slots asked for), or None."""
+    if slots() < 2:
+        return f"a speed lever, applied only with {SLOTS_ENV}=K for K of 2 or more"
+    return None
+
+
 def alias_ids(runner_id: int, runner_num: int, k: int) -> list[int]:
     """The ids under which runner ``runner_id`` of ``runner_num`` takes its 2nd..kth task."""
     return [runner_id + j * runner_num for j in range(1, k)]
