@@ -75,7 +75,7 @@ def main(argv=None) -> int:
             print("error: the two ways gave different metrics", file=sys.stderr)
             return 1
     old, new = (sorted(t[0] for t in times[name]) for name in WAYS)
-    ratios = sorted(a[0] / b[0] for a, b in zip(*times.values()))
+    ratios = sorted(a[0] / b[0] for a, b in zip(*times.values(), strict=True))
     med = ratios[len(ratios) // 2]
     lines = [
         f"# One held-out evaluation's task metrics (this machine: {os.cpu_count()} cores, "
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
         "(`mathagent/eval_bootstrap.py`).", "",
         "| way | wall s (fastest) | wall s (median) | CPU s (median) |",
         "| --- | --- | --- | --- |"]
-    for name, walls in zip(WAYS, (old, new)):
+    for name, walls in zip(WAYS, (old, new), strict=True):
         cpus = sorted(t[1] for t in times[name])
         lines.append(f"| {name} | {walls[0]:.3f} | {walls[len(walls) // 2]:.3f} | "
                      f"{cpus[len(cpus) // 2]:.3f} |")

@@ -69,7 +69,9 @@ def test_nan_mixed_numbers_and_other_reducers_give_trinitys_numbers_too():
                       ([2, 0.5, True, np.int64(3)], [max, min])]:  # NumPy's
         (trinity, t_next), (lever, l_next) = _both(data, 2, fns)
         assert t_next == l_next
-        assert all(_same(t, v) for pair in zip(trinity, lever) for t, v in zip(*pair))
+        assert len(lever) == len(trinity)
+        for pair in zip(trinity, lever, strict=True):
+            assert all(_same(t, v) for t, v in zip(*pair, strict=True))
 
 
 def _eval_task_metrics(rnd: random.Random, replies: int = 4) -> list[dict]:
