@@ -18,9 +18,9 @@ matching figure: training phases to the anchor's update of 128 sequences in micr
 the reference log-prob pass to half its two passes, the weight sync to its device-to-device
 copy of every weight. Start-up in minutes from ``train``; peak GPU memory per role in GiB.
 
-``--levers`` names what the runs differ in (:data:`LEVER_SETS`). ``fast`` and ``levers``: the
-last run turned on those levers against the first; a table sets each lever's row before
-against after, and the goals are the last run's. ``none``: the runs share their settings (the
+``--levers`` names what the runs differ in (:data:`LEVER_SETS`). ``fast``, ``levers`` and
+``bootstrap``: the last run turned on those levers against the first; a table sets each lever's
+row before against after, and the goals are the last run's. ``none``: the runs share their settings (the
 run alone on the GPU against two sharing it, ``benchmarks/engine_step_pair.sh``); the goals
 are each run's, and a table gives each later run's step, training step, rollout and
 evaluation against the first's. Where a run's ``timings.json`` has ``cpu_cores`` (the
@@ -97,6 +97,11 @@ LEVER_SETS = {
          "takes up to 256 sequences at once in both runs); the row also moves with the agent "
          "runs' own length, one evaluation a run", "MATHAGENT_RUNNER_SLOTS=4",
          "held-out evaluation (660 x 4)"),
+    ),
+    "bootstrap": (
+        ("each evaluation task's best-of and worst-of metrics in a few NumPy calls (mathagent."
+         "compat trinity-fast-bootstrap; on unless MATHAGENT_FAST_BOOTSTRAP=0)",
+         "MATHAGENT_FAST_BOOTSTRAP=1", "held-out evaluation (660 x 4)"),
     ),
     "none": (),
 }

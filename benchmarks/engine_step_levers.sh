@@ -28,7 +28,7 @@ PY=${PYTHON:-python}
 DIR=benchmarks/engine_step
 # each spec sets its own levers: none may come from this shell
 CLEAN=(env -u MATHAGENT_VARLEN_ATTN -u MATHAGENT_RUNNER_SLOTS -u MATHAGENT_IPC_SYNC
-       -u MATHAGENT_PROFILE_STEP -u MATHAGENT_BATCHED_LOGPROBS)
+       -u MATHAGENT_PROFILE_STEP -u MATHAGENT_BATCHED_LOGPROBS -u MATHAGENT_FAST_BOOTSTRAP)
 
 LEVERS=1
 "${CLEAN[@]}" "$PY" -m pytest tests/test_varlen_attention.py -q -p no:cacheprovider

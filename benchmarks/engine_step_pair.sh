@@ -24,7 +24,7 @@ cd "$(dirname "$0")/.." || exit 1
 PY=${PYTHON:-python}
 DIR=benchmarks/engine_step
 CLEAN=(env -u MATHAGENT_VARLEN_ATTN -u MATHAGENT_RUNNER_SLOTS -u MATHAGENT_IPC_SYNC
-       -u MATHAGENT_PROFILE_STEP -u MATHAGENT_BATCHED_LOGPROBS)
+       -u MATHAGENT_PROFILE_STEP -u MATHAGENT_BATCHED_LOGPROBS -u MATHAGENT_FAST_BOOTSTRAP)
 
 "$PY" benchmarks/engine_anchor.py --out "$DIR/anchor_pair.json" || exit 1
 "${CLEAN[@]}" "$PY" -m mathagent experiment "$DIR/spec_levers16.yaml" || {

@@ -287,3 +287,19 @@ def test_the_committed_16_step_levers_page_is_what_its_run_gives(bench, tmp_path
                 if line.startswith(("| 8 |", "| 16 |")) and "| yes |" in line]  # not the anchor's
     assert held_out == ["8", "16"]
     assert "| evaluation | ray::RolloutCoordinator | busiest process |" in text
+
+
+def test_the_bootstrap_lever_compares_a_run_with_it_turned_off_against_one_with_it_set(bench,
+                                                                                      tmp_path):
+    before, after = tmp_path / "before", tmp_path / "after"
+    for folder, value in ((before, "0"), (after, "1")):
+        shutil.copytree(STEP / "fast" / "random_seed0", folder,
+                        ignore=shutil.ignore_patterns("monitor"))
+        params = json.loads((folder / "params.json").read_text())
+        (folder / "params.json").write_text(
+            json.dumps({**params, "levers": {"MATHAGENT_FAST_BOOTSTRAP": value}}))
+    assert bench.lever_mismatch(before, after, "bootstrap") is None
+    assert "but --levers bootstrap compares runs without" in \
+        bench.lever_mismatch(after, after, "bootstrap")
+    rows = bench.LEVER_SETS["bootstrap"]
+    assert [row for _, _, row in rows] == ["held-out evaluation (660 x 4)"]
