@@ -138,7 +138,9 @@ def test_other_versions_and_missing_packages_are_skipped_untouched():
                              "trinity-runner-slots": ["skipped",
                                                       "trinity-rft is not installed"],
                              "verl-step-profile": ["skipped", "verl is not installed"],
-                             "verl-batched-logprobs": ["skipped", "verl is not installed"]}
+                             "verl-batched-logprobs": ["skipped", "verl is not installed"],
+                             "trinity-fast-bootstrap": ["skipped",
+                                                        "trinity-rft is not installed"]}
     assert out["untouched"] == [True, True]
     assert out["marked"] == [False, False]
 
