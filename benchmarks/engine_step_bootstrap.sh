@@ -15,11 +15,7 @@
 # benchmarks/bench_engine_step_bootstrap.md. A run stopped midway starts again from scratch at
 # the next call; a finished one is kept. The levers come from the specs only.
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
-PY=${PYTHON:-python}
-DIR=benchmarks/engine_step
-CLEAN=(env -u MATHAGENT_VARLEN_ATTN -u MATHAGENT_RUNNER_SLOTS -u MATHAGENT_IPC_SYNC
-       -u MATHAGENT_PROFILE_STEP -u MATHAGENT_BATCHED_LOGPROBS -u MATHAGENT_FAST_BOOTSTRAP)
+source "$(dirname "$0")/engine_step/sitting.sh" || exit 1
 
 for side in off on; do
   "${CLEAN[@]}" "$PY" -m mathagent experiment "$DIR/spec_bootstrap_$side.yaml" || {

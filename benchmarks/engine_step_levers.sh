@@ -23,12 +23,7 @@
 # stopped midway starts again from scratch at the next call; a finished one is kept. The levers
 # come from the specs only: any set in this shell are unset for the runs.
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
-PY=${PYTHON:-python}
-DIR=benchmarks/engine_step
-# each spec sets its own levers: none may come from this shell
-CLEAN=(env -u MATHAGENT_VARLEN_ATTN -u MATHAGENT_RUNNER_SLOTS -u MATHAGENT_IPC_SYNC
-       -u MATHAGENT_PROFILE_STEP -u MATHAGENT_BATCHED_LOGPROBS -u MATHAGENT_FAST_BOOTSTRAP)
+source "$(dirname "$0")/engine_step/sitting.sh" || exit 1
 
 LEVERS=1
 "${CLEAN[@]}" "$PY" -m pytest tests/test_varlen_attention.py -q -p no:cacheprovider

@@ -20,11 +20,7 @@
 # and benchmarks/bench_engine_step_pair.md. A run stopped midway starts again from scratch at
 # the next call; a finished one is kept. The levers come from the specs only.
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
-PY=${PYTHON:-python}
-DIR=benchmarks/engine_step
-CLEAN=(env -u MATHAGENT_VARLEN_ATTN -u MATHAGENT_RUNNER_SLOTS -u MATHAGENT_IPC_SYNC
-       -u MATHAGENT_PROFILE_STEP -u MATHAGENT_BATCHED_LOGPROBS -u MATHAGENT_FAST_BOOTSTRAP)
+source "$(dirname "$0")/engine_step/sitting.sh" || exit 1
 
 "$PY" benchmarks/engine_anchor.py --out "$DIR/anchor_pair.json" || exit 1
 "${CLEAN[@]}" "$PY" -m mathagent experiment "$DIR/spec_levers16.yaml" || {
