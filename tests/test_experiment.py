@@ -105,7 +105,7 @@ def test_the_60_step_spec_plans_the_longer_runs_with_the_fast_settings(tmp_path)
     with contextlib.redirect_stdout(io.StringIO()) as shown:
         print_plan(spec, plans.plan(spec, tmp_path), schedules(spec), tmp_path)
     assert ("Levers of every run (mathagent.compat): MATHAGENT_BATCHED_LOGPROBS=1, "
-            "MATHAGENT_RUNNER_SLOTS=4, MATHAGENT_VARLEN_ATTN=1") in shown.getvalue()
+            "MATHAGENT_FAST_BOOTSTRAP=1, MATHAGENT_RUNNER_SLOTS=4, MATHAGENT_VARLEN_ATTN=1") in shown.getvalue()
 
 
 def write_spec(folder: Path, text: str) -> Path:
