@@ -62,6 +62,8 @@ PHASES: tuple[tuple[str, str, str | None], ...] = (
     ("weight sync", "time/sync_weight", "weight_copy_s"),
     ("held-out evaluation (660 x 4)", "time/eval", None),
 )
+#: The evaluation at step 0, where a run has one (every run starts from the same weights)
+EVAL_STEP0 = "held-out evaluation at step 0 (660 x 4)"
 MEMORY_TAGS = (("trainer allocator, GiB (max reserved)", "actor/perf/max_memory_reserved_gb"),
                ("trainer tensors, GiB (max allocated)", "actor/perf/max_memory_allocated_gb"))
 STARTUP = ("all workflow runners ready", "step 1 starts")
@@ -102,6 +104,8 @@ LEVER_SETS = {
         ("each evaluation task's best-of and worst-of metrics in a few NumPy calls (mathagent."
          "compat trinity-fast-bootstrap; on unless MATHAGENT_FAST_BOOTSTRAP=0)",
          "MATHAGENT_FAST_BOOTSTRAP=1", "held-out evaluation (660 x 4)"),
+        ("the same lever, on the evaluation of the starting weights (step 0), the same policy "
+         "in both runs", "MATHAGENT_FAST_BOOTSTRAP=1", EVAL_STEP0),
     ),
     "none": (),
 }
@@ -131,6 +135,9 @@ def run_column(folder: Path) -> pd.Series:
         rows = scalars[scalars["tag"] == tag]
         later = rows[rows["step"] >= 2]["value"] if tag != "time/eval" else rows["value"]
         out[name] = float(later.median()) if len(later) else math.nan
+    step0 = scalars[(scalars["tag"] == "time/eval") & (scalars["step"] == 0)]["value"]
+    if len(step0):  # the starting weights, the same in every run: a like-for-like evaluation
+        out[EVAL_STEP0] = float(step0.iloc[0])
     timings = json.loads((folder / "timings.json").read_text())
     whole = pd.Series(timings["whole_step_s"])
     whole.index = [int(str(k).split()[-1]) for k in whole.index]
@@ -160,6 +167,8 @@ def lever_and_goal_tables(frame: pd.DataFrame, levers: str = "fast") -> str:
     before, after = frame.columns[0], frame.columns[-1]
     rows = [f"| lever | setting | acts on | {before} | {after} |", "| --- " * 5 + "|"]
     for lever, setting, row in LEVER_SETS[levers]:
+        if row not in frame.index:  # the step-0 evaluation, where a run has none
+            continue
         rows.append(f"| {lever} | `{setting}` | {row} | {_fmt(frame.at[row, before])} | "
                     f"{_fmt(frame.at[row, after])} |")
     return "\n".join(rows) + "\n\n" + goal_table(frame, [after])
@@ -190,7 +199,10 @@ def against_first(frame: pd.DataFrame) -> str:
 
 def table(folders: list[Path], labels: list[str], anchor: dict, levers: str = "fast") -> str:
     columns = {label: run_column(f) for label, f in zip(labels, folders, strict=True)}
-    frame = pd.DataFrame(columns)
+    frame = pd.DataFrame(columns).reindex(list(dict.fromkeys(
+        name for column in columns.values() for name in column.index)))
+    if EVAL_STEP0 in frame.index and frame.loc[EVAL_STEP0].isna().any():
+        frame = frame.drop(EVAL_STEP0)  # a row only where every run evaluated step 0
     lines = [f"| measure | {' | '.join(labels)} | "
              + " | ".join(f"{lab} / anchor" for lab in labels) + " |",
              "| --- " * (1 + 2 * len(labels)) + "|"]

@@ -302,4 +302,30 @@ def test_the_bootstrap_lever_compares_a_run_with_it_turned_off_against_one_with_
     assert "but --levers bootstrap compares runs without" in \
         bench.lever_mismatch(after, after, "bootstrap")
     rows = bench.LEVER_SETS["bootstrap"]
-    assert [row for _, _, row in rows] == ["held-out evaluation (660 x 4)"]
+    assert [row for _, _, row in rows] == ["held-out evaluation (660 x 4)", bench.EVAL_STEP0]
+
+
+def test_the_committed_bootstrap_page_is_what_its_runs_give(bench, tmp_path):
+    """bench_engine_step_bootstrap.md: the run with the lever off (4 steps) against the 60-step
+    run with it on, as engine_step_bootstrap.sh writes it; both evaluated the starting weights
+    at step 0, and that row is the lever's like-for-like effect."""
+    out = tmp_path / "bootstrap.md"
+    on = paths.REPO_ROOT / "results" / "qwen_60steps" / "random_seed0"
+    args = [str(STEP / "bootstrap_off" / "random_seed0"), str(on), "--anchor",
+            str(STEP / "anchor_bootstrap.json"), "--labels", "lever off",
+            "lever on (60-step run)", "--levers", "bootstrap", "--out", str(out)]
+    assert bench.main(args) == 0
+    text = out.read_text()
+    assert _tables(text) == _tables((BENCH / "bench_engine_step_bootstrap.md").read_text())
+    step0 = [line for line in _tables(text)
+             if line.startswith(f"| {bench.EVAL_STEP0} |")][0].split("|")
+    off, lever_on = float(step0[2]), float(step0[3])
+    assert lever_on < off / 1.5  # the same weights evaluated: the lever's effect stands out
+    script = (BENCH / "engine_step_bootstrap.sh").read_text()
+    assert "results/qwen_60steps/random_seed0" in script and '"lever on (60-step run)"' in script
+
+
+def test_a_run_without_an_evaluation_at_step_0_has_no_such_row(bench):
+    column = bench.run_column(STEP / "levers16" / "random_seed0")
+    assert bench.EVAL_STEP0 not in column.index
+    assert bench.EVAL_STEP0 in bench.run_column(STEP / "bootstrap_off" / "random_seed0").index
