@@ -2,7 +2,8 @@
 anchor, for runs with and without the speed levers, or runs of the same settings side by side.
 
     python benchmarks/bench_engine_step.py RUN_FOLDER... --anchor ANCHOR.json
-        [--labels NAME...] [--out benchmarks/bench_engine_step.md] [--levers fast|levers|none]
+        [--labels NAME...] [--out benchmarks/bench_engine_step.md]
+        [--levers fast|levers|bootstrap|memory|none]
         [--same-learning FAST_RUN REFERENCE_RUN [REFERENCE_RUN...]]
 
 Each RUN_FOLDER is a Trinity-RFT run laid out as the results folders are (event files under
@@ -18,8 +19,8 @@ matching figure: training phases to the anchor's update of 128 sequences in micr
 the reference log-prob pass to half its two passes, the weight sync to its device-to-device
 copy of every weight. Start-up in minutes from ``train``; peak GPU memory per role in GiB.
 
-``--levers`` names what the runs differ in (:data:`LEVER_SETS`). ``fast``, ``levers`` and
-``bootstrap``: the last run turned on those levers against the first; a table sets each lever's
+``--levers`` names what the runs differ in (:data:`LEVER_SETS`). ``fast``, ``levers``,
+``bootstrap`` and ``memory``: the last run turned on those levers against the first; a table sets each lever's
 row before against after, and the goals are the last run's. ``none``: the runs share their settings (the
 run alone on the GPU against two sharing it, ``benchmarks/engine_step_pair.sh``); the goals
 are each run's, and a table gives each later run's step, training step, rollout and
@@ -73,7 +74,8 @@ STARTUP = ("all workflow runners ready", "step 1 starts")
 #: (``base`` and ``fast``); ``levers``: ``spec_fast8.yaml``'s run against ``spec_levers.yaml``'s,
 #: padding removed with log-probabilities in blocks (on together, so one effect on each pass),
 #: and several tasks a workflow runner (``benchmarks/engine_step_levers.sh``); ``none``: runs
-#: of the same settings, set side by side (``benchmarks/engine_step_pair.sh``).
+#: of the same settings, set side by side (``benchmarks/engine_step_pair.sh``); ``memory``: the
+#: 60-step spec's ``bots`` run against ``spec_memory.yaml``'s (``benchmarks/engine_step_memory.sh``).
 LEVER_SETS = {
     "fast": (
         ("micro-batches of 8 for the update (2 before) and no gradient checkpointing (the "
@@ -106,6 +108,22 @@ LEVER_SETS = {
          "MATHAGENT_FAST_BOOTSTRAP=1", "held-out evaluation (660 x 4)"),
         ("the same lever, on the evaluation of the starting weights (step 0), the same policy "
          "in both runs", "MATHAGENT_FAST_BOOTSTRAP=1", EVAL_STEP0),
+    ),
+    "memory": (
+        ("micro-batches of 4 for the update (8 before)",
+         "trainer.trainer_config.actor.ppo_micro_batch_size_per_gpu=4", "trainer: actor update"),
+        ("micro-batches of 8 for the log-prob passes (16 before)",
+         "trainer.trainer_config.{ref,rollout}.log_prob_micro_batch_size_per_gpu=8",
+         "trainer: reference log-probs"),
+        ("the two together: the trainer's tensors at their peak",
+         "(both micro-batch settings)", "trainer tensors, GiB (max allocated)"),
+        ("the two together: the trainer's GPU memory",
+         "(both micro-batch settings)", "peak GPU memory: trainer (FSDP actor + reference), GiB"),
+        ("a KV cache of 2 GiB for vLLM (4 before)",
+         "explorer.rollout_model.extra_engine_args.kv_cache_memory_bytes=2147483648",
+         "peak GPU memory: vLLM engine worker, GiB"),
+        ("all three: the run", "(all three settings)",
+         "peak GPU memory: run, all processes (sum at one time), GiB"),
     ),
     "none": (),
 }
@@ -179,8 +197,9 @@ def goal_table(frame: pd.DataFrame, labels: list[str]) -> str:
     rows = ["| goal | at most | " + " | ".join(f"{lab} | met" for lab in labels) + " |",
             "| --- " * (2 + 2 * len(labels)) + "|"]
     for row, most in GOALS:
-        cells = [f"{_fmt(frame.at[row, lab])} | {'yes' if frame.at[row, lab] <= most else 'no'}"
-                 for lab in labels]
+        cells = [f"{_fmt(frame.at[row, lab])} | "
+                 + ("not measured" if math.isnan(frame.at[row, lab])
+                    else "yes" if frame.at[row, lab] <= most else "no") for lab in labels]
         rows.append(f"| {row} | {most:g} | {' | '.join(cells)} |")
     return "\n".join(rows)
 

@@ -329,3 +329,46 @@ def test_a_run_without_an_evaluation_at_step_0_has_no_such_row(bench):
     column = bench.run_column(STEP / "levers16" / "random_seed0")
     assert bench.EVAL_STEP0 not in column.index
     assert bench.EVAL_STEP0 in bench.run_column(STEP / "bootstrap_off" / "random_seed0").index
+
+
+def test_the_memory_spec_is_the_60_step_bots_run_with_only_its_levers_changed(tmp_path):
+    """spec_memory.yaml differs from the 60-step spec in the run's length, the evaluation
+    (none) and the three memory settings the lever rows name; the arm, seed, levers and the
+    other engine settings are the 60-step run's, so its `bots` run is the before."""
+    from trinity.trainer.verl.config import build_verl_config
+
+    from mathagent import launch
+    from mathagent.experiment.schedule import schedule
+    from mathagent.results.spec import load_spec
+
+    memory = load_spec(STEP / "spec_memory.yaml")
+    long = load_spec(paths.CONFIGS_DIR / "experiment_qwen_60steps.yaml")
+    assert [r.name for r in memory.runs()] == ["bots_seed0"]
+    assert memory.arms["bots"] == long.arms["bots"] and memory.env == long.env
+    changed = {k for k in memory.overrides.keys() | long.overrides.keys()
+               if memory.overrides.get(k) != long.overrides.get(k)}
+    assert changed == {
+        "buffer.total_steps", "explorer.eval_interval", "tuner.algorithm.eval_interval_steps",
+        "explorer.eval_on_startup", "trainer.trainer_config.actor.ppo_micro_batch_size_per_gpu",
+        "trainer.trainer_config.ref.log_prob_micro_batch_size_per_gpu",
+        "trainer.trainer_config.rollout.log_prob_micro_batch_size_per_gpu",
+        "explorer.rollout_model.extra_engine_args.kv_cache_memory_bytes"}
+    run = memory.runs()[0]
+    assert schedule(run).steps == 4 and schedule(run).eval_steps == ()
+    plan = launch.load_plan(run.config, list(run.overrides), work_dir=tmp_path)
+    verl = build_verl_config(plan.config)
+    assert verl.actor.ppo_micro_batch_size_per_gpu == 4
+    assert verl.ref.log_prob_micro_batch_size_per_gpu == 8
+    assert verl.rollout.log_prob_micro_batch_size_per_gpu == 8
+    assert plan.config.explorer.rollout_model.extra_engine_args["kv_cache_memory_bytes"] == 2**31
+
+
+def test_each_memory_lever_row_is_a_row_of_the_table_and_an_unmeasured_goal_says_so(bench):
+    column = bench.run_column(STEP / "levers16" / "random_seed0")
+    assert [row for _, _, row in bench.LEVER_SETS["memory"] if row not in column.index] == []
+    import pandas as pd
+
+    frame = pd.DataFrame({"run": column.drop("held-out evaluation (660 x 4)")})
+    goals = bench.goal_table(frame.reindex(list(column.index)), ["run"])
+    assert "| held-out evaluation (660 x 4) | 30 |  | not measured |" in goals
+    assert "| weight sync | 1 | 0.05 | yes |" in goals
