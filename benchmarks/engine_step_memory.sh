@@ -21,9 +21,7 @@ set -uo pipefail
 source "$(dirname "$0")/engine_step/sitting.sh" || exit 1
 BEFORE=${BEFORE:-results/qwen_60steps/bots_seed0}
 
-[ -f "$BEFORE/params.json" ] || {
-  echo "engine_step_memory.sh: $BEFORE: no laid-out run (run configs/experiment_qwen_60steps.yaml first, or set BEFORE)" >&2
-  exit 1; }
+need_run "$BEFORE" BEFORE
 # The run has no evaluation, so the experiment's own report of its folder cannot be written;
 # the laid-out run is what this needs.
 "${CLEAN[@]}" "$PY" -m mathagent experiment "$DIR/spec_memory.yaml"
