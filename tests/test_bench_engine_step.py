@@ -372,3 +372,19 @@ def test_each_memory_lever_row_is_a_row_of_the_table_and_an_unmeasured_goal_says
     goals = bench.goal_table(frame.reindex(list(column.index)), ["run"])
     assert "| held-out evaluation (660 x 4) | 30 |  | not measured |" in goals
     assert "| weight sync | 1 | 0.05 | yes |" in goals
+
+
+@pytest.mark.parametrize(("script", "variable"), [("engine_step_memory.sh", "BEFORE"),
+                                                  ("engine_step_bootstrap.sh", "ON")])
+def test_a_sitting_without_its_60_step_run_stops_in_one_line(script, variable, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    missing = tmp_path / "no_run"
+    done = subprocess.run(["bash", str(BENCH / script)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHON": sys.executable, variable: str(missing)},
+                          timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == (f"{script}: {missing}: no laid-out run (run "
+                           f"configs/experiment_qwen_60steps.yaml first, or set {variable})\n")
