@@ -302,7 +302,7 @@ def test_the_bootstrap_lever_compares_a_run_with_it_turned_off_against_one_with_
     assert "but --levers bootstrap compares runs without" in \
         bench.lever_mismatch(after, after, "bootstrap")
     rows = bench.LEVER_SETS["bootstrap"]
-    assert [row for _, _, row in rows] == ["held-out evaluation (660 x 4)", bench.EVAL_STEP0]
+    assert [row for _, _, row in rows] == [bench.EVAL_STEP0]
 
 
 def test_the_committed_bootstrap_page_is_what_its_runs_give(bench, tmp_path):
@@ -331,41 +331,51 @@ def test_a_run_without_an_evaluation_at_step_0_has_no_such_row(bench):
     assert bench.EVAL_STEP0 in bench.run_column(STEP / "bootstrap_off" / "random_seed0").index
 
 
-def test_the_memory_spec_is_the_60_step_bots_run_with_only_its_levers_changed(tmp_path):
-    """spec_memory.yaml differs from the 60-step spec in the run's length, the evaluation
-    (none) and the three memory settings the lever rows name; the arm, seed, levers and the
-    other engine settings are the 60-step run's, so its `bots` run is the before."""
-    from trinity.trainer.verl.config import build_verl_config
+def _changed(a, b) -> set[str]:
+    return {k for k in a.overrides.keys() | b.overrides.keys()
+            if a.overrides.get(k) != b.overrides.get(k)}
 
-    from mathagent import launch
+
+EVAL_KEYS = {"buffer.total_steps", "explorer.eval_interval",
+             "tuner.algorithm.eval_interval_steps"}
+
+
+def test_each_sitting_spec_is_the_60_step_random_run_shortened_with_only_its_levers_changed():
+    """The lever-off run of the evaluation-metrics sitting and the memory sitting's before are
+    the 60-step spec's `random` run, shorter, with the spec's levers (the lever-off run without
+    its one); the memory run differs from its before in the three settings its lever rows name
+    and nothing else."""
     from mathagent.experiment.schedule import schedule
     from mathagent.results.spec import load_spec
 
-    memory = load_spec(STEP / "spec_memory.yaml")
     long = load_spec(paths.CONFIGS_DIR / "experiment_qwen_60steps.yaml")
-    assert [r.name for r in memory.runs()] == ["bots_seed0"]
-    assert memory.arms["bots"] == long.arms["bots"] and memory.env == long.env
-    changed = {k for k in memory.overrides.keys() | long.overrides.keys()
-               if memory.overrides.get(k) != long.overrides.get(k)}
-    assert changed == {
-        "buffer.total_steps", "explorer.eval_interval", "tuner.algorithm.eval_interval_steps",
-        "explorer.eval_on_startup", "trainer.trainer_config.actor.ppo_micro_batch_size_per_gpu",
+    off, before, memory = (load_spec(STEP / f"spec_{name}.yaml")
+                           for name in ("bootstrap_off", "memory_before", "memory"))
+    for spec in (off, before, memory):
+        assert [r.name for r in spec.runs()] == ["random_seed0"]
+        assert spec.arms["random"] == long.arms["random"]
+    assert _changed(off, long) == EVAL_KEYS == _changed(before, long)
+    assert off.env == {**long.env, "MATHAGENT_FAST_BOOTSTRAP": "0"} and before.env == long.env
+    assert _changed(memory, before) == {
+        "trainer.trainer_config.actor.ppo_micro_batch_size_per_gpu",
         "trainer.trainer_config.ref.log_prob_micro_batch_size_per_gpu",
         "trainer.trainer_config.rollout.log_prob_micro_batch_size_per_gpu",
         "explorer.rollout_model.extra_engine_args.kv_cache_memory_bytes"}
-    run = memory.runs()[0]
-    assert schedule(run).steps == 4 and schedule(run).eval_steps == ()
-    plan = launch.load_plan(run.config, list(run.overrides), work_dir=tmp_path)
-    verl = build_verl_config(plan.config)
-    assert verl.actor.ppo_micro_batch_size_per_gpu == 4
-    assert verl.ref.log_prob_micro_batch_size_per_gpu == 8
-    assert verl.rollout.log_prob_micro_batch_size_per_gpu == 8
-    assert plan.config.explorer.rollout_model.extra_engine_args["kv_cache_memory_bytes"] == 2**31
+    assert memory.env == before.env
+    assert schedule(off.runs()[0]).eval_steps == (0, 4)
+    for spec in (before, memory):
+        assert schedule(spec.runs()[0]).steps == 4
+        assert schedule(spec.runs()[0]).eval_steps == (0,)
+    # the values (test_experiment checks that these keys reach verl's and vLLM's configs)
+    assert [memory.overrides[k] for k in sorted(_changed(memory, before))] == [
+        2**31, 4, 8, 8]
 
 
 def test_each_memory_lever_row_is_a_row_of_the_table_and_an_unmeasured_goal_says_so(bench):
     column = bench.run_column(STEP / "levers16" / "random_seed0")
-    assert [row for _, _, row in bench.LEVER_SETS["memory"] if row not in column.index] == []
+    step0 = bench.run_column(STEP / "bootstrap_off" / "random_seed0").index
+    assert [row for _, _, row in bench.LEVER_SETS["memory"]
+            if row not in column.index and row not in step0] == []
     import pandas as pd
 
     frame = pd.DataFrame({"run": column.drop("held-out evaluation (660 x 4)")})
@@ -374,17 +384,19 @@ def test_each_memory_lever_row_is_a_row_of_the_table_and_an_unmeasured_goal_says
     assert "| weight sync | 1 | 0.05 | yes |" in goals
 
 
-@pytest.mark.parametrize(("script", "variable"), [("engine_step_memory.sh", "BEFORE"),
-                                                  ("engine_step_bootstrap.sh", "ON")])
-def test_a_sitting_without_its_60_step_run_stops_in_one_line(script, variable, tmp_path):
+def test_the_bootstrap_sitting_without_its_60_step_run_stops_in_one_line(tmp_path):
+    """Before any run: a Python that would start one exits 99 here, the check comes first."""
     import os
     import subprocess
     import sys
 
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\n[ "$1" = -c ] && exec {sys.executable} "$@"\nexit 99\n')
+    python.chmod(0o755)
     missing = tmp_path / "no_run"
-    done = subprocess.run(["bash", str(BENCH / script)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHON": sys.executable, variable: str(missing)},
-                          timeout=120)
+    done = subprocess.run(["bash", str(BENCH / "engine_step_bootstrap.sh")], capture_output=True,
+                          text=True, timeout=120,
+                          env={**os.environ, "PYTHON": str(python), "ON": str(missing)})
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr == (f"{script}: {missing}: no laid-out run (run "
-                           f"configs/experiment_qwen_60steps.yaml first, or set {variable})\n")
+    assert done.stderr == (f"engine_step_bootstrap.sh: {missing}: no laid-out run (run "
+                           "configs/experiment_qwen_60steps.yaml first, or set ON)\n")
