@@ -20,8 +20,8 @@ the reference log-prob pass to half its two passes, the weight sync to its devic
 copy of every weight. Start-up in minutes from ``train``; peak GPU memory per role in GiB.
 
 ``--levers`` names what the runs differ in (:data:`LEVER_SETS`). ``fast``, ``levers``,
-``bootstrap`` and ``memory``: the last run turned on those levers against the first; a table sets each lever's
-row before against after, and the goals are the last run's. ``none``: the runs share their settings (the
+``bootstrap`` and ``memory``: the last run turned on those levers against the first; a table
+sets each lever's row before against after, and the goals are the last run's. ``none``: the runs share their settings (the
 run alone on the GPU against two sharing it, ``benchmarks/engine_step_pair.sh``); the goals
 are each run's, and a table gives each later run's step, training step, rollout and
 evaluation against the first's. Where a run's ``timings.json`` has ``cpu_cores`` (the
@@ -169,8 +169,9 @@ def run_column(folder: Path) -> pd.Series:
     out["steps measured (2+)"] = float((whole.index >= 2).sum())
     for name in STARTUP:
         out[f"start-up: {name}, min"] = float(timings["startup_min"].get(name, math.nan))
-    step0 = float(timings["startup_min"].get("step-0 evaluation starts", math.nan))
-    out[START_GOAL] = out["start-up: step 1 starts, min"] if math.isnan(step0) else step0
+    eval_start = float(timings["startup_min"].get("step-0 evaluation starts", math.nan))
+    out[START_GOAL] = (out["start-up: step 1 starts, min"] if math.isnan(eval_start)
+                       else eval_start)
     for role, gib in timings["gpu_memory_gib"].items():
         out[f"peak GPU memory: {role}, GiB"] = float(gib)
     for name, tag in MEMORY_TAGS:
