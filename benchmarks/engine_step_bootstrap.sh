@@ -21,7 +21,9 @@ set -uo pipefail
 source "$(dirname "$0")/engine_step/sitting.sh" || exit 1
 ON=${ON:-results/qwen_60steps/random_seed0}
 
-need_run "$ON" ON
+[ -f "$ON/params.json" ] || {
+  echo "engine_step_bootstrap.sh: $ON: no laid-out run (run configs/experiment_qwen_60steps.yaml first, or set ON)" >&2
+  exit 1; }
 "${CLEAN[@]}" "$PY" -m mathagent experiment "$DIR/spec_bootstrap_off.yaml" || {
   echo "engine_step_bootstrap.sh: the run with the lever off failed (its log is named above)" >&2
   exit 1; }

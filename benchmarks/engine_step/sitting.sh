@@ -8,10 +8,3 @@ DIR=benchmarks/engine_step
 _lever_names=$("$PY" -c "from mathagent.compat import LEVER_ENVS; print(' '.join(LEVER_ENVS))") || exit 1
 CLEAN=(env)
 for _name in $_lever_names; do CLEAN+=(-u "$_name"); done
-# need_run FOLDER VARIABLE: stop with one line unless FOLDER (given by VARIABLE) holds a laid-out
-# run (its params.json): the 60-step spec's run that a sitting's lever is set against.
-need_run() {
-  [ -f "$1/params.json" ] && return 0
-  echo "$(basename "$0"): $1: no laid-out run (run configs/experiment_qwen_60steps.yaml first, or set $2)" >&2
-  exit 1
-}
