@@ -378,6 +378,101 @@ def test_what_each_notebook_did_is_read_from_the_tutorials_summary(tmp_path):
     assert "| `02_agent_and_judge` | ok | 122.1 | - |" in page
 
 
+QWEN_BOTS_CONFIG = paths.RESULTS_DIR / "trinity_qwen" / "bots_seed0" / "launched_config.yaml"
+
+
+def selector_run(folder: Path, steps: int, level_at: int | None = None) -> None:
+    """A Trinity run folder of the Qwen BOTS config whose ``buffer_tasks.csv`` holds
+    ``steps`` batches of 16 fed pass rates: the selector's own draws, saved state and all;
+    with ``level_at``, that step's batch is 16 tasks whose two references agree instead (and
+    the saved state is the position only)."""
+    from mathagent import run_facts
+
+    folder.mkdir(parents=True)
+    shutil.copy(QWEN_BOTS_CONFIG, folder / "launched_config.yaml")
+    driver = run_facts.run_selector(folder, paths.ARITHMETIC_QWEN_DIR)
+    weak = np.asarray(driver.dataset["qwen_short_pass_rate"])
+    strong = np.asarray(driver.dataset["qwen_bare_pass_rate"])
+    level = [int(i) for i in np.flatnonzero((weak == strong) & (weak > 0))[:16]]
+    rows = []
+    for step in range(1, steps + 1):
+        batch = driver.get_indices(16)
+        if step == level_at:
+            batch = level
+        rates = [min(1.0, float(strong[i]) + 0.25) for i in batch]
+        driver.feedback(batch, rates)
+        rows += [{"step": step, "taskset": "0", "task_index": i, "experiences": 8,
+                  "pass_rate": r} for i, r in zip(batch, rates, strict=True)]
+    pd.DataFrame(rows).to_csv(folder / run_facts.BUFFER_TASKS, index=False)
+    state = {"current_index": 16 * steps} if level_at else driver.state_dict()
+    (folder / "explorer_meta.json").write_text(json.dumps({"taskset_states": [state]}))
+
+
+def selector_page(folder: Path, run: str, prose: str = "c", **table) -> str:
+    import yaml
+
+    (folder / "experiment.yaml").write_text(yaml.safe_dump({
+        "title": "t", "question": "q", "interpretation": prose,
+        "tables": [{"selector": run, "taskset": "data/arithmetic_qwen", "caption": "cap",
+                    **table}]}))
+    page, _, _ = report.build(report.read_spec(folder), "n")
+    return page
+
+
+def test_a_selector_table_replays_the_run_and_names_its_capability_by_step(tmp_path):
+    """The replay of a run made by the selector itself draws every task and ends in the saved
+    state; a batch whose references agree makes the capability jump, and the page shows
+    that step, the one before, the first and every tenth, and names the numbers."""
+    selector_run(tmp_path / "own", 12)
+    page = selector_page(tmp_path, "own")
+    assert "The replay over `data/arithmetic_qwen` drew 192 of the run's 192 tasks and ends " \
+           "in the state the run saved." in page
+    assert "**cap** (`own`)" in page
+
+    selector_run(tmp_path / "lvl", 12, level_at=5)
+    page = selector_page(tmp_path, "lvl", prose="{capability_lvl_step4} to "
+                         "{capability_lvl_step5}; first {level_lvl_first} of "
+                         "{level_lvl_steps}; gap {gap_lvl_step5}; max {capability_lvl_max}")
+    exp = report.read_spec(tmp_path)
+    replay, same = stats.selector_replay(tmp_path / "lvl", paths.ARITHMETIC_QWEN_DIR)
+    assert same is None and replay["reference gap"].iloc[4] == 0.0
+    before, after = replay["capability"].iloc[3], replay["capability"].iloc[4]
+    assert abs(before) < 100 and abs(after) > 1000
+    values = stats.named_values(exp, None)
+    assert values["level_lvl_first"] == "5" and values["gap_lvl_step5"] == "0.000"
+    assert values["capability_lvl_step5"] == f"{after:,.0f}"
+    assert values["capability_lvl_step4"] == f"{before:.2f}"
+    assert values["capability_lvl_max"] == stats.capability_text(
+        float(replay["capability"].loc[replay["capability"].abs().idxmax()]))
+    assert f"{values['capability_lvl_step4']} to {values['capability_lvl_step5']}; first 5 of " \
+           f"{values['level_lvl_steps']}; gap 0.000" in page
+    shown = [int(line.split("|")[1]) for line in page.splitlines()
+             if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
+    assert shown == [1, 4, 5, 10]
+    assert "level within 0.01 on average: " in page and ", the first at step 5." in page
+    assert "cannot be set beside a saved state (the run saved its position only)" in page
+
+
+@pytest.mark.parametrize("table, message", [
+    ({"taskset": "data/no_such_taskset"}, r"tables\[0\]\.taskset: .*no_such_taskset: no such "
+                                          "folder"),
+    ({"taskset": None}, r"tables\[0\]\.taskset: needs the taskset folder"),
+    ({"columns": {"a": "b"}}, r"tables\[0\]: unknown key\(s\) columns"),
+])
+def test_a_selector_table_without_its_taskset_or_with_a_files_keys_is_one_line(
+        tmp_path, table, message):
+    selector_run(tmp_path / "own", 2)
+    with pytest.raises(report.ReportError, match=message):
+        selector_page(tmp_path, "own", **table)
+
+
+def test_a_selector_table_of_a_run_without_its_pass_rates_is_one_line(tmp_path):
+    selector_run(tmp_path / "own", 2)
+    (tmp_path / "own" / "buffer_tasks.csv").unlink()
+    with pytest.raises(report.ReportError, match="buffer_tasks.csv: no such file"):
+        selector_page(tmp_path, "own")
+
+
 # --------------------------------------------------------------------------------------
 # The committed pages
 # --------------------------------------------------------------------------------------

@@ -169,12 +169,40 @@ def _tables(exp: Experiment) -> list[str]:
             out += [f"**{t['caption']}** (`{t['source']}`)", "", "```text",
                     source.read_text().rstrip(), "```", ""]
             continue
+        elif t["kind"] == "selector":
+            out += [f"**{t['caption']}** (`{t['source']}`)", "", *_selector(source, t["taskset"]),
+                    ""]
+            continue
         elif t["kind"] == "runs":
             header, rows = _runs_overview(source)
         else:
             header, rows = _tutorial_log(source)
         out += [f"**{t['caption']}** (`{t['source']}`)", "", md_table(header, rows), ""]
     return out
+
+
+def _selector(run: Path, taskset: str) -> list[str]:
+    """The replayed selector of ``run``: its first step, every tenth, the first whose batch's
+    references were level and the step before it; then what the replay drew."""
+    table, same = stats.selector_replay(run, paths.REPO_ROOT / taskset)
+    level = table.loc[table["reference gap"].abs() < stats.LEVEL_GAP, "step"]
+    shown = {int(table["step"].iloc[0]), *(k for k in table["step"] if k % 10 == 0)}
+    if len(level):
+        shown |= {int(level.iloc[0]) - 1, int(level.iloc[0])} & set(table["step"])
+    rows = [[k, f"{rate:.3f}", f"{gap:.3f}", stats.capability_text(cap)]
+            for k, rate, gap, cap in zip(table["step"], table["pass rate"],
+                                         table["reference gap"], table["capability"],
+                                         strict=True) if k in shown]
+    first = f", the first at step {int(level.iloc[0])}" if len(level) else ""
+    state = {True: "ends in the state the run saved", False: "does not end in the state the "
+             "run saved", None: "cannot be set beside a saved state (the run saved its "
+             "position only)"}[same]
+    return [md_table(["step", "batch pass rate", "reference gap (strong − weak)",
+                      "capability c, once fed"], rows), "",
+            f"Batches whose references were level within {stats.LEVEL_GAP} on average: "
+            f"{len(level)} of {len(table)}{first}. The replay over `{taskset}` drew "
+            f"{int(table['same tasks'].sum())} of the run's {int(table['tasks'].sum())} tasks "
+            f"and {state}."]
 
 
 def _number(value: object, decimals: int) -> object:

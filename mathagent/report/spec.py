@@ -39,8 +39,12 @@ Keys (``title`` and ``question`` always; the rest as the folder needs):
                     where missing)
 ``tables``          a list of ``{file: CSV, caption: TEXT, columns: {col: label}, decimals: N}``,
                     ``{runs: FOLDER, caption: TEXT}`` (the run folders under it, one row each)
-                    ``{tutorial_log: FILE, caption: TEXT}`` (what each notebook did) or
-                    ``{text: FILE, caption: TEXT}`` (a short log, quoted as it is)
+                    ``{tutorial_log: FILE, caption: TEXT}`` (what each notebook did),
+                    ``{text: FILE, caption: TEXT}`` (a short log, quoted as it is) or
+                    ``{selector: RUN_FOLDER, taskset: PATH, caption: TEXT}`` (the run's
+                    selector replayed on the pass rates it was fed, over the taskset at
+                    ``PATH``, relative to the repository root: its capability estimate by
+                    step, :func:`mathagent.report.stats.selector_replay`)
 ``values``          name -> ``{file: CSV or parquet, column: COL, stat: mean|min|max|sum|count,
                     decimals: N}``: numbers of files the prose cites
 ``answer``          the answer in a few sentences (the top README's answer block shows it)
@@ -63,7 +67,7 @@ SPEC = "experiment.yaml"
 #: Settings an experiment with arms must state.
 REQUIRED_SETTINGS = ("policy", "steps", "batch", "evaluation", "software")
 STATS = ("mean", "min", "max", "sum", "count")
-TABLE_KINDS = ("file", "runs", "tutorial_log", "text")
+TABLE_KINDS = ("file", "runs", "tutorial_log", "text", "selector")
 KEYS = ("title", "question", "experiment", "arms", "baseline", "seeds", "table", "start_point",
         "settings", "hardware", "figures", "tables", "values", "answer", "interpretation",
         "limitations")
@@ -216,7 +220,8 @@ def _tables(data: dict, where: str, folder: Path) -> tuple[dict, ...]:
         kinds = [k for k in TABLE_KINDS if isinstance(table, dict) and k in table]
         if len(kinds) != 1:
             raise ReportError(f"{at}: needs exactly one of {', '.join(TABLE_KINDS)}")
-        unknown = set(table) - {kinds[0], "caption", "columns", "decimals"}
+        keys = {"taskset"} if kinds[0] == "selector" else {"columns", "decimals"}
+        unknown = set(table) - {kinds[0], "caption"} - keys
         if unknown:
             raise ReportError(f"{at}: unknown key(s) {', '.join(sorted(unknown))}")
         _file(folder, table[kinds[0]], f"{at}.{kinds[0]}")
@@ -224,7 +229,21 @@ def _tables(data: dict, where: str, folder: Path) -> tuple[dict, ...]:
                     "caption": _text(table, "caption", at, required=True),
                     "columns": table.get("columns"),
                     "decimals": _whole(table.get("decimals", 3), f"{at}.decimals")})
+        if kinds[0] == "selector":
+            out[-1]["taskset"] = _taskset(table.get("taskset"), f"{at}.taskset")
     return tuple(out)
+
+
+def _taskset(name: Any, at: str) -> str:
+    """``name``, a taskset folder relative to the repository root that must exist."""
+    from mathagent import paths
+
+    if not isinstance(name, str) or not name:
+        raise ReportError(f"{at}: needs the taskset folder the run trained on, relative to the "
+                          f"repository root (data/arithmetic_qwen), got {name!r}")
+    if not (paths.REPO_ROOT / name).is_dir():
+        raise ReportError(f"{at}: {paths.REPO_ROOT / name}: no such folder")
+    return name
 
 
 def _whole(value: Any, at: str) -> int:

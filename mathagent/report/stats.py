@@ -20,6 +20,7 @@ seed and step). From it, per arm (a selector) and seed:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -273,14 +274,79 @@ def file_value(folder: Path, spec: dict) -> float:
     return float(getattr(column, spec["stat"])())
 
 
+#: A batch whose two reference pass rates differ by less than this, on average over its tasks,
+#: has a BOTS selector place the learner by dividing by nearly zero
+#: (:mod:`mathagent.selectors.bots`): the capability estimate jumps.
+LEVEL_GAP = 0.01
+
+
+def selector_replay(run: Path, taskset: Path) -> tuple[pd.DataFrame, bool | None]:
+    """Run folder ``run``'s selector replayed over ``taskset`` on the pass rates it was fed
+    (:func:`mathagent.run_facts.replay_selector`'s table) and whether the replay ends in the
+    state the run saved (:func:`mathagent.run_facts.ends_as_saved`); the page and its named
+    values share one replay while the run's files are unchanged."""
+    stamps = tuple(f.stat().st_mtime_ns if f.is_file() else None
+                   for f in (run / "buffer_tasks.csv", run / "explorer_meta.json",
+                             run / "launched_config.yaml"))
+    return _replay(Path(run), Path(taskset), stamps)
+
+
+@functools.lru_cache(maxsize=8)
+def _replay(run: Path, taskset: Path, _stamps: tuple) -> tuple[pd.DataFrame, bool | None]:
+    from mathagent import run_facts
+
+    try:
+        table, driver = run_facts.replay_selector(run, taskset)
+        return table, run_facts.ends_as_saved(run, taskset, driver)
+    except RunError as exc:
+        raise ReportError(str(exc)) from None
+
+
+def capability_text(value: float) -> str:
+    """A capability coefficient as the page writes it: two decimals, whole with thousands
+    separators from 1,000 on, ``-`` before the selector has one."""
+    if math.isnan(value):
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.2f}"
+
+
+def selector_values(exp: Experiment) -> dict[str, str]:
+    """For each ``selector`` table of ``exp``, by its run folder's name ``<run>``:
+    ``capability_<run>_step<k>`` and ``gap_<run>_step<k>`` (each step), ``capability_<run>_max``
+    (the largest in size), ``level_<run>_first`` (the first step whose batch's reference gap
+    was under :data:`LEVEL_GAP`; ``none``) and ``level_<run>_steps`` (how many were)."""
+    from mathagent import paths
+
+    out = {}
+    for t in exp.tables:
+        if t["kind"] != "selector":
+            continue
+        run = Path(t["source"]).name
+        replay, _ = selector_replay(exp.folder / t["source"], paths.REPO_ROOT / t["taskset"])
+        for step, gap, cap in zip(replay["step"], replay["reference gap"], replay["capability"],
+                                  strict=True):
+            out[f"capability_{run}_step{step}"] = capability_text(cap)
+            out[f"gap_{run}_step{step}"] = f"{gap:.3f}"
+        caps = replay["capability"].dropna()
+        out[f"capability_{run}_max"] = capability_text(
+            float(caps.loc[caps.abs().idxmax()]) if len(caps) else math.nan)
+        level = replay.loc[replay["reference gap"].abs() < LEVEL_GAP, "step"]
+        out[f"level_{run}_first"] = str(int(level.iloc[0])) if len(level) else "none"
+        out[f"level_{run}_steps"] = str(len(level))
+    return out
+
+
 def named_values(exp: Experiment, table: pd.DataFrame | None) -> dict[str, str]:
     """Every number the prose may cite, by name, formatted as the page writes it:
     ``mean_<arm>``, ``se_<arm>``, ``seeds_<arm>``, ``min_<arm>``, ``max_<arm>`` (at the final
     step), ``mean_<arm>_step<k>`` (each evaluation), ``diff_<a>_vs_<b>``, ``se_<a>_vs_<b>``,
     ``z_<a>_vs_<b>``, ``power_<a>_vs_<b>``, ``rollout_<arm>``, ``etr_<arm>``, ``runs``,
     ``final_step``, ``final_<arm>_seed<n>`` (each run), ``min_final`` and ``max_final`` (over
-    all runs), ``length_<arm>_seed<n>`` (a run's reply tokens over its last quarter), ``start_mean``, ``start_lo``, ``start_hi`` and the spec's ``values``."""
+    all runs), ``length_<arm>_seed<n>`` (a run's reply tokens over its last quarter),
+    ``start_mean``, ``start_lo``, ``start_hi``, the spec's ``values`` and its selector tables'
+    (:func:`selector_values`)."""
     out = {name: f"{file_value(exp.folder, v):.{v['decimals']}f}" for name, v in exp.values.items()}
+    out.update(selector_values(exp))
     if exp.start_point:
         from mathagent.results import StartPoint
 

@@ -84,9 +84,14 @@ def replay_selector(run: str | Path, taskset: str | Path, lag: int = 0):
     """Replay the selection of Trinity run folder ``run`` on a CPU: :func:`run_selector` draws
     each step's batch, and after it is fed the pass rates that ``pass_rate_calculator`` fed the
     run's selector (the run's ``buffer_tasks.csv``, in the operator's order). Returns the table
-    (per step: ``tasks`` in the run's batch, ``same tasks`` the replay drew of them) and the
+    (per step: ``tasks`` in the run's batch, ``same tasks`` the replay drew of them, the
+    batch's mean ``pass rate``, its ``reference gap``, the mean of the strong minus the weak
+    reference pass rate over its tasks (NaN for a selector without two references), and the
+    selector's ``capability`` coefficient once the step is fed, NaN while it has none) and the
     selector after the last step, whose state a run that saved one (:func:`saved_selector`)
-    can be set beside. ``lag`` feeds each step's pass rates that many steps late, as a
+    can be set beside. A BOTS selector divides by the reference gap to place the learner
+    between the references (:mod:`mathagent.selectors.bots`): a batch whose gap is near zero
+    shows there as a jump of the capability. ``lag`` feeds each step's pass rates that many steps late, as a
     selector fed before its next draw would not be (the selector returned then lacks the last
     ``lag`` steps). Refused in one line: a negative lag, no table (a run whose experience
     buffer was not read), a table without its columns, tasks without a task index."""
@@ -105,16 +110,39 @@ def replay_selector(run: str | Path, taskset: str | Path, lag: int = 0):
         raise RunError(f"{file}: every row needs the task's index in one taskset (the buffer's "
                        "experiences had no info['task_index'], or came from several tasksets)")
     driver = run_selector(run, taskset)
+    keys = driver.feature_keys
+    gaps = (np.asarray(driver.dataset[keys[1]], dtype=float)
+            - np.asarray(driver.dataset[keys[0]], dtype=float)) if len(keys) == 2 else None
     rows, waiting = [], []
     for step, batch in fed.groupby("step", sort=True):
         logged = batch["task_index"].astype(int).tolist()
         drawn = driver.get_indices(len(logged))
-        rows.append({"step": int(step), "tasks": len(logged),
-                     "same tasks": len(set(drawn) & set(logged))})
-        waiting.append((logged, batch["pass_rate"].astype(float).tolist()))
+        rates = batch["pass_rate"].astype(float).tolist()
+        waiting.append((logged, rates))
         while len(waiting) > lag:
             driver.feedback(*waiting.pop(0))
-    return pd.DataFrame(rows, columns=["step", "tasks", "same tasks"]), driver
+        capability = driver.capability()
+        rows.append({"step": int(step), "tasks": len(logged),
+                     "same tasks": len(set(drawn) & set(logged)),
+                     "pass rate": float(np.mean(rates)),
+                     "reference gap": float(gaps[logged].mean()) if gaps is not None else np.nan,
+                     "capability": np.nan if capability is None else capability})
+    return pd.DataFrame(rows, columns=list(REPLAY_TABLE)), driver
+
+
+#: Columns of :func:`replay_selector`'s table.
+REPLAY_TABLE = ("step", "tasks", "same tasks", "pass rate", "reference gap", "capability")
+
+
+def ends_as_saved(run: str | Path, taskset: str | Path, driver) -> bool | None:
+    """Whether selector ``driver`` (a replay of Trinity run folder ``run``) holds the state
+    the run saved; None for a run whose selector saved its position only."""
+    if "alphas" not in _saved_state(run):
+        return None
+    saved, replayed = saved_selector(run, taskset).state_dict(), driver.state_dict()
+    return sorted(saved) == sorted(replayed) and all(
+        np.array_equal(np.asarray(replayed[key]), np.asarray(value))
+        for key, value in saved.items())
 
 
 #: Columns of :func:`replays`.
@@ -134,12 +162,7 @@ def replays(runs: Iterable[str | Path], taskset: str | Path) -> pd.DataFrame:
         if not (run / BUFFER_TASKS).is_file():
             continue
         table, driver = replay_selector(run, taskset)
-        same = None
-        if "alphas" in _saved_state(run):
-            saved, replayed = saved_selector(run, taskset).state_dict(), driver.state_dict()
-            same = sorted(saved) == sorted(replayed) and all(
-                np.array_equal(np.asarray(replayed[key]), np.asarray(value))
-                for key, value in saved.items())
+        same = ends_as_saved(run, taskset, driver)
         rows.append(dict(zip(REPLAY_COLUMNS, (run.name, len(table), int(table["tasks"].sum()),
                                               int(table["same tasks"].sum()), same),
                              strict=True)))
