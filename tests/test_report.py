@@ -381,31 +381,30 @@ def test_what_each_notebook_did_is_read_from_the_tutorials_summary(tmp_path):
 QWEN_BOTS_CONFIG = paths.RESULTS_DIR / "trinity_qwen" / "bots_seed0" / "launched_config.yaml"
 
 
-def selector_run(folder: Path, steps: int, level_at: int | None = None) -> None:
-    """A Trinity run folder of the Qwen BOTS config whose ``buffer_tasks.csv`` holds
-    ``steps`` batches of 16 fed pass rates: the selector's own draws, saved state and all;
-    with ``level_at``, that step's batch is 16 tasks whose two references agree instead (and
-    the saved state is the position only)."""
+def selector_run(folder: Path, steps: int, saved: str = "own", config: Path = QWEN_BOTS_CONFIG):
+    """A Trinity run folder whose ``buffer_tasks.csv`` holds the selector's own ``steps``
+    batches of 16 with fed pass rates (the strong reference plus 0.25); ``saved``: the state
+    after the last step (``own``), after the first (``early``) or the position only
+    (``position``). Returns the driver after the last step."""
     from mathagent import run_facts
 
     folder.mkdir(parents=True)
-    shutil.copy(QWEN_BOTS_CONFIG, folder / "launched_config.yaml")
+    shutil.copy(config, folder / "launched_config.yaml")
     driver = run_facts.run_selector(folder, paths.ARITHMETIC_QWEN_DIR)
-    weak = np.asarray(driver.dataset["qwen_short_pass_rate"])
     strong = np.asarray(driver.dataset["qwen_bare_pass_rate"])
-    level = [int(i) for i in np.flatnonzero((weak == strong) & (weak > 0))[:16]]
-    rows = []
+    rows, early = [], None
     for step in range(1, steps + 1):
         batch = driver.get_indices(16)
-        if step == level_at:
-            batch = level
         rates = [min(1.0, float(strong[i]) + 0.25) for i in batch]
         driver.feedback(batch, rates)
+        early = early or driver.state_dict()
         rows += [{"step": step, "taskset": "0", "task_index": i, "experiences": 8,
                   "pass_rate": r} for i, r in zip(batch, rates, strict=True)]
     pd.DataFrame(rows).to_csv(folder / run_facts.BUFFER_TASKS, index=False)
-    state = {"current_index": 16 * steps} if level_at else driver.state_dict()
+    state = {"own": driver.state_dict(), "early": early,
+             "position": {"current_index": 16 * steps}}[saved]
     (folder / "explorer_meta.json").write_text(json.dumps({"taskset_states": [state]}))
+    return driver
 
 
 def selector_page(folder: Path, run: str, prose: str = "c", **table) -> str:
@@ -419,38 +418,48 @@ def selector_page(folder: Path, run: str, prose: str = "c", **table) -> str:
     return page
 
 
-def test_a_selector_table_replays_the_run_and_names_its_capability_by_step(tmp_path):
-    """The replay of a run made by the selector itself draws every task and ends in the saved
-    state; a batch whose references agree makes the capability jump, and the page shows
-    that step, the one before, the first and every tenth, and names the numbers."""
-    selector_run(tmp_path / "own", 12)
-    page = selector_page(tmp_path, "own")
-    assert "The replay over `data/arithmetic_qwen` drew 192 of the run's 192 tasks and ends " \
-           "in the state the run saved." in page
-    assert "**cap** (`own`)" in page
-
-    selector_run(tmp_path / "lvl", 12, level_at=5)
-    page = selector_page(tmp_path, "lvl", prose="{capability_lvl_step4} to "
-                         "{capability_lvl_step5}; first {level_lvl_first} of "
-                         "{level_lvl_steps}; gap {gap_lvl_step5}; max {capability_lvl_max}")
-    exp = report.read_spec(tmp_path)
-    replay, same = stats.selector_replay(tmp_path / "lvl", paths.ARITHMETIC_QWEN_DIR)
-    assert same is None and replay["reference gap"].iloc[4] == 0.0
-    before, after = replay["capability"].iloc[3], replay["capability"].iloc[4]
-    assert abs(before) < 100 and abs(after) > 1000
-    values = stats.named_values(exp, None)
-    assert values["level_lvl_first"] == "5" and values["gap_lvl_step5"] == "0.000"
-    assert values["capability_lvl_step5"] == f"{after:,.0f}"
-    assert values["capability_lvl_step4"] == f"{before:.2f}"
-    assert values["capability_lvl_max"] == stats.capability_text(
-        float(replay["capability"].loc[replay["capability"].abs().idxmax()]))
-    assert f"{values['capability_lvl_step4']} to {values['capability_lvl_step5']}; first 5 of " \
-           f"{values['level_lvl_steps']}; gap 0.000" in page
+def test_a_selector_table_replays_the_run_and_names_what_the_references_implied(tmp_path):
+    """Each step's fed pass rate, what the references implied of the batch at the capability
+    once fed, the batch's share of level references and c: worked out from the selector's
+    own draws; the page shows the first step and every tenth, and names every step's values."""
+    driver = selector_run(tmp_path / "own", 12)
+    page = selector_page(tmp_path, "own", prose="{rate_own_step12} {implied_own_step12} "
+                         "{level_own_step12} {capability_own_step12} {level_share_own}")
+    table, same, share = stats.selector_replay(tmp_path / "own", paths.ARITHMETIC_QWEN_DIR)
+    batches = pd.read_csv(tmp_path / "own" / "buffer_tasks.csv")
+    last = batches[batches["step"] == 12]
+    tasks = last["task_index"].tolist()
+    weak, strong = (np.asarray(driver.dataset[k]) for k in
+                    ("qwen_short_pass_rate", "qwen_bare_pass_rate"))
+    c = driver.capability()
+    implied = np.clip(weak[tasks] + c * (strong[tasks] - weak[tasks]), 0, 1).mean()
+    assert same is True and share == pytest.approx(float((weak == strong).mean()))
+    assert table["pass rate"].iloc[-1] == pytest.approx(last["pass_rate"].mean())
+    assert table["implied pass rate"].iloc[-1] == pytest.approx(implied)
+    assert table["level references"].iloc[-1] == pytest.approx(
+        float((weak[tasks] == strong[tasks]).mean()))
+    assert table["capability"].iloc[-1] == c and table["capability"].notna().all()
+    assert 0.1 < share < 1 and c > 0
+    words = page.split("## What it means")[1].split()
+    assert words == [stats.acc(last["pass_rate"].mean()), stats.acc(implied),
+                     stats.acc(float((weak[tasks] == strong[tasks]).mean())),
+                     stats.capability_text(c), stats.acc(share)]
     shown = [int(line.split("|")[1]) for line in page.splitlines()
              if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
-    assert shown == [1, 4, 5, 10]
-    assert "level within 0.01 on average: " in page and ", the first at step 5." in page
-    assert "cannot be set beside a saved state (the run saved its position only)" in page
+    assert shown == [1, 10]
+    assert "The replay drew 192 of the run's 192 tasks and ends in the state the run saved." \
+        in page
+    assert f"with level references (the references imply their starting pass rate whatever c " \
+           f"is): {stats.acc(share)}." in page
+
+
+@pytest.mark.parametrize("saved, says", [
+    ("early", "does not end in the state the run saved"),
+    ("position", "cannot be set beside a saved state (the run saved its position only)")])
+def test_a_selector_table_says_when_the_replay_cannot_be_set_beside_the_saved_state(
+        tmp_path, saved, says):
+    selector_run(tmp_path / "r", 3, saved=saved)
+    assert f"drew 48 of the run's 48 tasks and {says}." in selector_page(tmp_path, "r")
 
 
 @pytest.mark.parametrize("table, message", [
@@ -466,11 +475,35 @@ def test_a_selector_table_without_its_taskset_or_with_a_files_keys_is_one_line(
         selector_page(tmp_path, "own", **table)
 
 
-def test_a_selector_table_of_a_run_without_its_pass_rates_is_one_line(tmp_path):
+def _set_first(file: Path, column: str, value: float) -> None:
+    table = pd.read_csv(file)
+    table.loc[0, column] = value
+    table.to_csv(file, index=False)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda f: f.unlink(), "buffer_tasks.csv: no such file"),
+    (lambda f: f.write_text(""), "buffer_tasks.csv: empty"),
+    (lambda f: f.write_text("step,taskset,task_index,experiences,pass_rate\n"),
+     "buffer_tasks.csv: no rows"),
+    (lambda f: _set_first(f, "pass_rate", 1.5), "buffer_tasks.csv: step 1: .*not a pass rate"),
+    (lambda f: _set_first(f, "task_index", 99999),
+     "buffer_tasks.csv: step 1: a task index outside the 4400 tasks"),
+])
+def test_a_selector_table_of_a_run_with_bad_pass_rates_is_one_line(tmp_path, change, message):
     selector_run(tmp_path / "own", 2)
-    (tmp_path / "own" / "buffer_tasks.csv").unlink()
-    with pytest.raises(report.ReportError, match="buffer_tasks.csv: no such file"):
+    change(tmp_path / "own" / "buffer_tasks.csv")
+    with pytest.raises(report.ReportError, match=message):
         selector_page(tmp_path, "own")
+
+
+def test_a_selector_table_of_a_selector_without_references_is_one_line(tmp_path):
+    """``random`` draws without a belief: nothing to imply a pass rate from."""
+    config = paths.RESULTS_DIR / "trinity_qwen" / "random_seed0" / "launched_config.yaml"
+    selector_run(tmp_path / "rnd", 2, saved="position", config=config)
+    with pytest.raises(report.ReportError, match="rnd: its selector .* has no reference pass "
+                                                 "rates to imply"):
+        selector_page(tmp_path, "rnd")
 
 
 # --------------------------------------------------------------------------------------

@@ -182,25 +182,20 @@ def _tables(exp: Experiment) -> list[str]:
 
 
 def _selector(run: Path, taskset: str) -> list[str]:
-    """The replayed selector of ``run``: its first step, every tenth, the first whose batch's
-    references were level and the step before it; then what the replay drew."""
-    table, same = stats.selector_replay(run, paths.REPO_ROOT / taskset)
-    level = table.loc[table["reference gap"].abs() < stats.LEVEL_GAP, "step"]
-    shown = {int(table["step"].iloc[0]), *(k for k in table["step"] if k % 10 == 0)}
-    if len(level):
-        shown |= {int(level.iloc[0]) - 1, int(level.iloc[0])} & set(table["step"])
-    rows = [[k, f"{rate:.3f}", f"{gap:.3f}", stats.capability_text(cap)]
-            for k, rate, gap, cap in zip(table["step"], table["pass rate"],
-                                         table["reference gap"], table["capability"],
-                                         strict=True) if k in shown]
-    first = f", the first at step {int(level.iloc[0])}" if len(level) else ""
+    """The replayed selector of ``run`` at its first step and every tenth, then the taskset's
+    share of level references and what the replay drew."""
+    table, same, share = stats.selector_replay(run, paths.REPO_ROOT / taskset)
+    first = table["step"].iloc[0]
+    rows = [[r["step"], stats.acc(r["pass rate"]), stats.acc(r["implied pass rate"]),
+             stats.acc(r["level references"]), stats.capability_text(r["capability"])]
+            for r in table.to_dict("records") if r["step"] == first or r["step"] % 10 == 0]
     state = {True: "ends in the state the run saved", False: "does not end in the state the "
              "run saved", None: "cannot be set beside a saved state (the run saved its "
              "position only)"}[same]
-    return [md_table(["step", "batch pass rate", "reference gap (strong − weak)",
-                      "capability c, once fed"], rows), "",
-            f"Batches whose references were level within {stats.LEVEL_GAP} on average: "
-            f"{len(level)} of {len(table)}{first}. The replay over `{taskset}` drew "
+    return [md_table(["step", "batch pass rate", "implied by the references",
+                      "tasks with level references", "capability c"], rows), "",
+            f"Tasks of `{taskset}` with level references (the references imply their starting "
+            f"pass rate whatever c is): {stats.acc(share)}. The replay drew "
             f"{int(table['same tasks'].sum())} of the run's {int(table['tasks'].sum())} tasks "
             f"and {state}."]
 

@@ -274,32 +274,60 @@ def file_value(folder: Path, spec: dict) -> float:
     return float(getattr(column, spec["stat"])())
 
 
-#: A batch whose two reference pass rates differ by less than this, on average over its tasks,
-#: has a BOTS selector place the learner by dividing by nearly zero
-#: (:mod:`mathagent.selectors.bots`): the capability estimate jumps.
-LEVEL_GAP = 0.01
-
-
-def selector_replay(run: Path, taskset: Path) -> tuple[pd.DataFrame, bool | None]:
+def selector_replay(run: Path, taskset: Path) -> tuple[pd.DataFrame, bool | None, float]:
     """Run folder ``run``'s selector replayed over ``taskset`` on the pass rates it was fed
-    (:func:`mathagent.run_facts.replay_selector`'s table) and whether the replay ends in the
-    state the run saved (:func:`mathagent.run_facts.ends_as_saved`); the page and its named
-    values share one replay while the run's files are unchanged."""
-    stamps = tuple(f.stat().st_mtime_ns if f.is_file() else None
-                   for f in (run / "buffer_tasks.csv", run / "explorer_meta.json",
-                             run / "launched_config.yaml"))
-    return _replay(Path(run), Path(taskset), stamps)
+    (a copy of :func:`mathagent.run_facts.replay_selector`'s table), whether the replay ends in
+    the state the run saved (:func:`mathagent.run_facts.ends_as_saved`) and the share of the
+    taskset's tasks whose references are level. Refused in one line for a selector whose
+    references imply no pass rates (not a BOTS selector with its references). The page and
+    its named values share one replay while the run's and the taskset's files are unchanged."""
+    files = [run / "buffer_tasks.csv", run / "explorer_meta.json", run / "launched_config.yaml",
+             *sorted(Path(taskset).glob("*"))]
+    stamps = tuple((str(f), f.stat().st_mtime_ns) for f in files if f.is_file())
+    table, same, share = _replay(Path(run), Path(taskset), stamps)
+    return table.copy(), same, share
 
 
 @functools.lru_cache(maxsize=8)
-def _replay(run: Path, taskset: Path, _stamps: tuple) -> tuple[pd.DataFrame, bool | None]:
+def _replay(run: Path, taskset: Path, _stamps: tuple) -> tuple[pd.DataFrame, bool | None, float]:
     from mathagent import run_facts
 
     try:
         table, driver = run_facts.replay_selector(run, taskset)
-        return table, run_facts.ends_as_saved(run, taskset, driver)
+        same = run_facts.ends_as_saved(run, taskset, driver)
     except RunError as exc:
         raise ReportError(str(exc)) from None
+    level = driver.level_references()
+    if level is None or table["implied pass rate"].isna().all():
+        raise ReportError(f"{run}: its selector ({driver.name}) has no reference pass rates to "
+                          "imply a task's pass rate from; a selector table needs a BOTS selector "
+                          "with two references")
+    return table, same, float(level.mean())
+
+
+def selector_values(exp: Experiment) -> dict[str, str]:
+    """For each ``selector`` table of ``exp``, by its run folder's name ``<run>``, at each
+    step ``k``: ``rate_<run>_step<k>`` (the batch's fed pass rate), ``implied_<run>_step<k>``
+    (what the references implied of it), ``level_<run>_step<k>`` (the share of its tasks with
+    level references), ``capability_<run>_step<k>``; and ``level_share_<run>``, the share of
+    the taskset's tasks with level references."""
+    from mathagent import paths
+
+    out = {}
+    for t in exp.tables:
+        if t["kind"] != "selector":
+            continue
+        run = Path(t["source"]).name
+        replay, _, share = selector_replay(exp.folder / t["source"],
+                                           paths.REPO_ROOT / t["taskset"])
+        for row in replay.to_dict("records"):
+            k = row["step"]
+            out[f"rate_{run}_step{k}"] = acc(row["pass rate"])
+            out[f"implied_{run}_step{k}"] = acc(row["implied pass rate"])
+            out[f"level_{run}_step{k}"] = acc(row["level references"])
+            out[f"capability_{run}_step{k}"] = capability_text(row["capability"])
+        out[f"level_share_{run}"] = acc(share)
+    return out
 
 
 def capability_text(value: float) -> str:
@@ -308,32 +336,6 @@ def capability_text(value: float) -> str:
     if math.isnan(value):
         return "-"
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.2f}"
-
-
-def selector_values(exp: Experiment) -> dict[str, str]:
-    """For each ``selector`` table of ``exp``, by its run folder's name ``<run>``:
-    ``capability_<run>_step<k>`` and ``gap_<run>_step<k>`` (each step), ``capability_<run>_max``
-    (the largest in size), ``level_<run>_first`` (the first step whose batch's reference gap
-    was under :data:`LEVEL_GAP`; ``none``) and ``level_<run>_steps`` (how many were)."""
-    from mathagent import paths
-
-    out = {}
-    for t in exp.tables:
-        if t["kind"] != "selector":
-            continue
-        run = Path(t["source"]).name
-        replay, _ = selector_replay(exp.folder / t["source"], paths.REPO_ROOT / t["taskset"])
-        for step, gap, cap in zip(replay["step"], replay["reference gap"], replay["capability"],
-                                  strict=True):
-            out[f"capability_{run}_step{step}"] = capability_text(cap)
-            out[f"gap_{run}_step{step}"] = f"{gap:.3f}"
-        caps = replay["capability"].dropna()
-        out[f"capability_{run}_max"] = capability_text(
-            float(caps.loc[caps.abs().idxmax()]) if len(caps) else math.nan)
-        level = replay.loc[replay["reference gap"].abs() < LEVEL_GAP, "step"]
-        out[f"level_{run}_first"] = str(int(level.iloc[0])) if len(level) else "none"
-        out[f"level_{run}_steps"] = str(len(level))
-    return out
 
 
 def named_values(exp: Experiment, table: pd.DataFrame | None) -> dict[str, str]:

@@ -84,17 +84,18 @@ def replay_selector(run: str | Path, taskset: str | Path, lag: int = 0):
     """Replay the selection of Trinity run folder ``run`` on a CPU: :func:`run_selector` draws
     each step's batch, and after it is fed the pass rates that ``pass_rate_calculator`` fed the
     run's selector (the run's ``buffer_tasks.csv``, in the operator's order). Returns the table
-    (per step: ``tasks`` in the run's batch, ``same tasks`` the replay drew of them, the
-    batch's mean ``pass rate``, its ``reference gap``, the mean of the strong minus the weak
-    reference pass rate over its tasks (NaN for a selector without two references), and the
-    selector's ``capability`` coefficient once the step is fed, NaN while it has none) and the
-    selector after the last step, whose state a run that saved one (:func:`saved_selector`)
-    can be set beside. A BOTS selector divides by the reference gap to place the learner
-    between the references (:mod:`mathagent.selectors.bots`): a batch whose gap is near zero
-    shows there as a jump of the capability. ``lag`` feeds each step's pass rates that many steps late, as a
-    selector fed before its next draw would not be (the selector returned then lacks the last
-    ``lag`` steps). Refused in one line: a negative lag, no table (a run whose experience
-    buffer was not read), a table without its columns, tasks without a task index."""
+    and the selector after the last step, whose state a run that saved one
+    (:func:`saved_selector`) can be set beside. Per step, the table holds ``tasks`` in the
+    run's batch, ``same tasks`` the replay drew of them, the batch's mean fed ``pass rate``,
+    ``level references`` (the share of its tasks whose two reference pass rates are equal),
+    and, read once that step's row is fed, the selector's ``capability`` coefficient and
+    ``implied pass rate``, the batch's mean of what the references imply at it (the implicit
+    evidence of a BOTS selector); NaN where the selector has no such thing. ``lag`` feeds each
+    step's pass rates that many steps late, as a selector fed before its next draw would not
+    be (the row of step k is then read with the steps up to k - lag fed). Refused in one line:
+    a negative lag, no table (a run whose experience buffer was not read), a table without its
+    columns or rows, tasks without a task index, indices or pass rates the taskset or a pass
+    rate cannot have."""
     if lag < 0:
         raise RunError(f"replay_selector: lag {lag}: a step's pass rates cannot come before it")
     file = Path(run) / BUFFER_TASKS
@@ -103,35 +104,48 @@ def replay_selector(run: str | Path, taskset: str | Path, lag: int = 0):
     except FileNotFoundError:
         raise RunError(f"{file}: no such file (`python -m mathagent.experiment.buffer JOB OUT` "
                        "writes it from the run's experience buffer)") from None
+    except pd.errors.EmptyDataError:
+        raise RunError(f"{file}: empty (no step's pass rates)") from None
     missing = {"step", "taskset", "task_index", "pass_rate"} - set(fed.columns)
     if missing:
         raise RunError(f"{file}: no column(s) {', '.join(sorted(missing))}")
+    if fed.empty:
+        raise RunError(f"{file}: no rows (no step's pass rates)")
     if fed["task_index"].isna().any() or fed["taskset"].nunique() > 1:
         raise RunError(f"{file}: every row needs the task's index in one taskset (the buffer's "
                        "experiences had no info['task_index'], or came from several tasksets)")
     driver = run_selector(run, taskset)
-    keys = driver.feature_keys
-    gaps = (np.asarray(driver.dataset[keys[1]], dtype=float)
-            - np.asarray(driver.dataset[keys[0]], dtype=float)) if len(keys) == 2 else None
+    outside = fed.loc[(fed["task_index"] < 0) | (fed["task_index"] >= driver.n_tasks), "step"]
+    if len(outside):
+        raise RunError(f"{file}: step {int(outside.iloc[0])}: a task index outside the "
+                       f"{driver.n_tasks} tasks of {taskset}")
+    level = driver.level_references()
     rows, waiting = [], []
     for step, batch in fed.groupby("step", sort=True):
         logged = batch["task_index"].astype(int).tolist()
         drawn = driver.get_indices(len(logged))
         rates = batch["pass_rate"].astype(float).tolist()
-        waiting.append((logged, rates))
+        waiting.append((step, logged, rates))
         while len(waiting) > lag:
-            driver.feedback(*waiting.pop(0))
-        capability = driver.capability()
+            fed_step, indices, values = waiting.pop(0)
+            try:
+                driver.feedback(indices, values)
+            except ValueError as exc:
+                raise RunError(f"{file}: step {fed_step}: {exc}") from None
+        capability, implied = driver.capability(), driver.implied_pass_rates()
         rows.append({"step": int(step), "tasks": len(logged),
                      "same tasks": len(set(drawn) & set(logged)),
                      "pass rate": float(np.mean(rates)),
-                     "reference gap": float(gaps[logged].mean()) if gaps is not None else np.nan,
-                     "capability": np.nan if capability is None else capability})
+                     "level references": np.nan if level is None else float(level[logged].mean()),
+                     "capability": np.nan if capability is None else capability,
+                     "implied pass rate": np.nan if implied is None else
+                     float(implied[logged].mean())})
     return pd.DataFrame(rows, columns=list(REPLAY_TABLE)), driver
 
 
 #: Columns of :func:`replay_selector`'s table.
-REPLAY_TABLE = ("step", "tasks", "same tasks", "pass rate", "reference gap", "capability")
+REPLAY_TABLE = ("step", "tasks", "same tasks", "pass rate", "level references", "capability",
+                "implied pass rate")
 
 
 def ends_as_saved(run: str | Path, taskset: str | Path, driver) -> bool | None:

@@ -128,6 +128,20 @@ class SelectorDriver:
         c = getattr(est, "cap_coef", None)
         return None if c is None else float(c)
 
+    def implied_pass_rates(self) -> np.ndarray | None:
+        """Per task, the pass rate the references imply at the current capability
+        (:meth:`BOTSSelector.implied_pass_rates`); None for other selectors."""
+        sel = self.selector
+        return sel.implied_pass_rates() if isinstance(sel, BOTSSelector) else None
+
+    def level_references(self) -> np.ndarray | None:
+        """Per task, whether its two reference pass rates are equal (the references then
+        imply its pass rate whatever the capability); None without two feature keys."""
+        if len(self.feature_keys) != 2:
+            return None
+        weak, strong = (np.asarray(self.dataset[k], dtype=float) for k in self.feature_keys)
+        return weak == strong
+
     def rho(self) -> float | None:
         est = self._estimator()
         return None if est is None else float(est.rho)
