@@ -457,9 +457,12 @@ def test_replay_selector_draws_a_runs_batches_from_the_pass_rates_it_was_fed(tmp
     assert table["pass rate"].tolist() == pytest.approx(
         fed.groupby("step")["pass_rate"].mean().tolist())
     last = fed.loc[fed["step"] == 4, "task_index"].tolist()
+    weak = np.asarray(driver.dataset["qwen_short_pass_rate"], dtype=float)[last]
+    c = driver.capability()
+    assert table["capability"].tolist()[-1] == c and table["capability"].notna().all()
     assert table["implied pass rate"].iloc[-1] == pytest.approx(
-        float(replayed.implied_pass_rates()[last].mean()))
-    assert table["capability"].notna().all()
+        float(np.clip(weak + c * (np.asarray(reference, dtype=float)[last] - weak), 0, 1).mean()))
+    assert replayed.state_dict() == driver.state_dict()
     assert replayed.capability() is not None
     # a batch that is not the selector's own: the replay says where
     other = pd.DataFrame(rows)

@@ -183,21 +183,21 @@ def _tables(exp: Experiment) -> list[str]:
 
 def _selector(run: Path, taskset: str) -> list[str]:
     """The replayed selector of ``run`` at its first step and every tenth, then the taskset's
-    share of level references and what the replay drew."""
+    share of pinned references and what the replay drew."""
     table, same, share = stats.selector_replay(run, paths.REPO_ROOT / taskset)
     first = table["step"].iloc[0]
     rows = [[r["step"], stats.acc(r["pass rate"]), stats.acc(r["implied pass rate"]),
-             stats.acc(r["level references"]), stats.capability_text(r["capability"])]
+             stats.acc(r["pinned references"]), stats.capability_text(r["capability"])]
             for r in table.to_dict("records") if r["step"] == first or r["step"] % 10 == 0]
     state = {True: "ends in the state the run saved", False: "does not end in the state the "
              "run saved", None: "cannot be set beside a saved state (the run saved its "
              "position only)"}[same]
-    return [md_table(["step", "batch pass rate", "implied by the references",
-                      "tasks with level references", "capability c"], rows), "",
-            f"Tasks of `{taskset}` with level references (the references imply their starting "
-            f"pass rate whatever c is): {stats.acc(share)}. The replay drew "
-            f"{int(table['same tasks'].sum())} of the run's {int(table['tasks'].sum())} tasks "
-            f"and {state}."]
+    return [md_table(["step", "batch pass rate", "implied by the references, once fed",
+                      "tasks with pinned references", "capability c"], rows), "",
+            f"Tasks of `{taskset}` with pinned references (both references at one rate strictly "
+            f"between 0 and 1, which they imply whatever c is): {stats.acc(share)}. The replay "
+            f"drew {int(table['same tasks'].sum())} of the run's {int(table['tasks'].sum())} "
+            f"tasks and {state}."]
 
 
 def _number(value: object, decimals: int) -> object:

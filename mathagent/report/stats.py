@@ -278,7 +278,7 @@ def selector_replay(run: Path, taskset: Path) -> tuple[pd.DataFrame, bool | None
     """Run folder ``run``'s selector replayed over ``taskset`` on the pass rates it was fed
     (a copy of :func:`mathagent.run_facts.replay_selector`'s table), whether the replay ends in
     the state the run saved (:func:`mathagent.run_facts.ends_as_saved`) and the share of the
-    taskset's tasks whose references are level. Refused in one line for a selector whose
+    taskset's tasks whose references are pinned (agree on a rate strictly between 0 and 1). Refused in one line for a selector whose
     references imply no pass rates (not a BOTS selector with its references). The page and
     its named values share one replay while the run's and the taskset's files are unchanged."""
     files = [run / "buffer_tasks.csv", run / "explorer_meta.json", run / "launched_config.yaml",
@@ -297,20 +297,20 @@ def _replay(run: Path, taskset: Path, _stamps: tuple) -> tuple[pd.DataFrame, boo
         same = run_facts.ends_as_saved(run, taskset, driver)
     except RunError as exc:
         raise ReportError(str(exc)) from None
-    level = driver.level_references()
-    if level is None or table["implied pass rate"].isna().all():
+    pinned = driver.pinned_references()
+    if pinned is None or table["implied pass rate"].isna().all():
         raise ReportError(f"{run}: its selector ({driver.name}) has no reference pass rates to "
                           "imply a task's pass rate from; a selector table needs a BOTS selector "
                           "with two references")
-    return table, same, float(level.mean())
+    return table, same, float(pinned.mean())
 
 
 def selector_values(exp: Experiment) -> dict[str, str]:
     """For each ``selector`` table of ``exp``, by its run folder's name ``<run>``, at each
     step ``k``: ``rate_<run>_step<k>`` (the batch's fed pass rate), ``implied_<run>_step<k>``
-    (what the references implied of it), ``level_<run>_step<k>`` (the share of its tasks with
-    level references), ``capability_<run>_step<k>``; and ``level_share_<run>``, the share of
-    the taskset's tasks with level references."""
+    (what the references implied of it), ``pinned_<run>_step<k>`` (the share of its tasks
+    whose references are pinned), ``capability_<run>_step<k>``; and ``pinned_share_<run>``, the
+    share of the taskset's tasks whose references are pinned."""
     from mathagent import paths
 
     out = {}
@@ -324,9 +324,9 @@ def selector_values(exp: Experiment) -> dict[str, str]:
             k = row["step"]
             out[f"rate_{run}_step{k}"] = acc(row["pass rate"])
             out[f"implied_{run}_step{k}"] = acc(row["implied pass rate"])
-            out[f"level_{run}_step{k}"] = acc(row["level references"])
+            out[f"pinned_{run}_step{k}"] = acc(row["pinned references"])
             out[f"capability_{run}_step{k}"] = capability_text(row["capability"])
-        out[f"level_share_{run}"] = acc(share)
+        out[f"pinned_share_{run}"] = acc(share)
     return out
 
 

@@ -87,10 +87,11 @@ def replay_selector(run: str | Path, taskset: str | Path, lag: int = 0):
     and the selector after the last step, whose state a run that saved one
     (:func:`saved_selector`) can be set beside. Per step, the table holds ``tasks`` in the
     run's batch, ``same tasks`` the replay drew of them, the batch's mean fed ``pass rate``,
-    ``level references`` (the share of its tasks whose two reference pass rates are equal),
-    and, read once that step's row is fed, the selector's ``capability`` coefficient and
-    ``implied pass rate``, the batch's mean of what the references imply at it (the implicit
-    evidence of a BOTS selector); NaN where the selector has no such thing. ``lag`` feeds each
+    ``pinned references`` (the share of its tasks whose two reference pass rates agree on a
+    rate strictly between 0 and 1, :meth:`~mathagent.selectors.SelectorDriver.pinned_references`),
+    and, read once that step's pass rates are fed, the selector's ``capability`` coefficient
+    and ``implied pass rate``, the batch's mean of what the references imply at it (the
+    implicit evidence of a BOTS selector); NaN where the selector has no such thing. ``lag`` feeds each
     step's pass rates that many steps late, as a selector fed before its next draw would not
     be (the row of step k is then read with the steps up to k - lag fed). Refused in one line:
     a negative lag, no table (a run whose experience buffer was not read), a table without its
@@ -119,7 +120,11 @@ def replay_selector(run: str | Path, taskset: str | Path, lag: int = 0):
     if len(outside):
         raise RunError(f"{file}: step {int(outside.iloc[0])}: a task index outside the "
                        f"{driver.n_tasks} tasks of {taskset}")
-    level = driver.level_references()
+    rates = fed["pass_rate"].astype(float)
+    bad = fed.loc[~((rates >= 0) & (rates <= 1)), "step"]
+    if len(bad):
+        raise RunError(f"{file}: step {int(bad.iloc[0])}: a pass rate outside [0, 1]")
+    pinned = driver.pinned_references()
     rows, waiting = [], []
     for step, batch in fed.groupby("step", sort=True):
         logged = batch["task_index"].astype(int).tolist()
@@ -132,11 +137,12 @@ def replay_selector(run: str | Path, taskset: str | Path, lag: int = 0):
                 driver.feedback(indices, values)
             except ValueError as exc:
                 raise RunError(f"{file}: step {fed_step}: {exc}") from None
-        capability, implied = driver.capability(), driver.implied_pass_rates()
+        capability, implied = driver.capability(), driver.implicit_pass_rates()
         rows.append({"step": int(step), "tasks": len(logged),
                      "same tasks": len(set(drawn) & set(logged)),
                      "pass rate": float(np.mean(rates)),
-                     "level references": np.nan if level is None else float(level[logged].mean()),
+                     "pinned references": np.nan if pinned is None else
+                     float(pinned[logged].mean()),
                      "capability": np.nan if capability is None else capability,
                      "implied pass rate": np.nan if implied is None else
                      float(implied[logged].mean())})
@@ -144,7 +150,7 @@ def replay_selector(run: str | Path, taskset: str | Path, lag: int = 0):
 
 
 #: Columns of :func:`replay_selector`'s table.
-REPLAY_TABLE = ("step", "tasks", "same tasks", "pass rate", "level references", "capability",
+REPLAY_TABLE = ("step", "tasks", "same tasks", "pass rate", "pinned references", "capability",
                 "implied pass rate")
 
 

@@ -168,22 +168,6 @@ class BOTSSelector(BaseSelector):
                          "alphas": a.tolist(), "betas": b.tolist(),
                          "point": (a / (a + b)).tolist()}
 
-    def implied_pass_rates(self) -> np.ndarray | None:
-        """Each task's pass rate as the references imply it now, the implicit evidence's
-        ``p_tilde``: ``clip(weak + c (strong - weak), 0, 1)``; with one reference, that column;
-        None with two before any capability estimate. A task whose references are equal is
-        implied at the weak reference's pass rate, whatever ``c``."""
-        if self._gap is not None and self.cap_coef is None:
-            return None
-        if self._gap is not None:
-            p_tilde = self._gap * self.cap_coef
-            p_tilde += self._weak
-        else:
-            p_tilde = self._weak.copy()
-        np.maximum(p_tilde, 0, out=p_tilde)  # clip to [0, 1], cheaper than np.clip
-        np.minimum(p_tilde, 1, out=p_tilde)
-        return p_tilde
-
     def feedback(self, indices: Sequence[int], values: Sequence[float]) -> None:
         """Update every posterior from one step's observed pass rates (module docstring)."""
         idx = np.asarray(_as_index_list(indices), dtype=np.int64)
@@ -213,9 +197,7 @@ class BOTSSelector(BaseSelector):
             # No capability estimate yet (every batch so far skipped): no implicit evidence.
             need_implicit = self.implicit_only
         if need_implicit:
-            p_tilde = self.implied_pass_rates()
-            if p_tilde is None:  # two references, no capability yet (implicit_only)
-                p_tilde = np.clip(self._weak, 0, 1)
+            p_tilde = self.implicit_pass_rates()
             if self.adaptive_rho and np.mean(np.abs(p_tilde[idx] - v)) >= 0.25:
                 self.rho = self.rho * 0.5
         rho = 1.0 if self.implicit_only else self.rho

@@ -128,19 +128,21 @@ class SelectorDriver:
         c = getattr(est, "cap_coef", None)
         return None if c is None else float(c)
 
-    def implied_pass_rates(self) -> np.ndarray | None:
+    def implicit_pass_rates(self) -> np.ndarray | None:
         """Per task, the pass rate the references imply at the current capability
-        (:meth:`BOTSSelector.implied_pass_rates`); None for other selectors."""
+        (:meth:`BOTSSelector.implicit_pass_rates`); None for other selectors."""
         sel = self.selector
-        return sel.implied_pass_rates() if isinstance(sel, BOTSSelector) else None
+        return sel.implicit_pass_rates() if isinstance(sel, BOTSSelector) else None
 
-    def level_references(self) -> np.ndarray | None:
-        """Per task, whether its two reference pass rates are equal (the references then
-        imply its pass rate whatever the capability); None without two feature keys."""
+    def pinned_references(self) -> np.ndarray | None:
+        """Per task, whether its two reference pass rates agree on a rate strictly between 0
+        and 1: the references then imply that rate at any capability, and once the capability
+        is far from [0, 1] these are the only tasks they imply strictly between 0 and 1. None
+        without two feature keys."""
         if len(self.feature_keys) != 2:
             return None
         weak, strong = (np.asarray(self.dataset[k], dtype=float) for k in self.feature_keys)
-        return weak == strong
+        return (weak == strong) & (weak > 0) & (weak < 1)
 
     def rho(self) -> float | None:
         est = self._estimator()
