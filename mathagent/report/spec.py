@@ -43,8 +43,9 @@ Keys (``title`` and ``question`` always; the rest as the folder needs):
                     ``{text: FILE, caption: TEXT}`` (a short log, quoted as it is) or
                     ``{selector: RUN_FOLDER, taskset: PATH, caption: TEXT}`` (the run's
                     selector replayed on the pass rates it was fed, over the taskset at
-                    ``PATH``, relative to the repository root: its capability estimate by
-                    step, :func:`mathagent.report.stats.selector_replay`)
+                    ``PATH``, relative to the repository root: each batch's pass rate, what
+                    the references implied of it, its pinned references and the capability,
+                    :func:`mathagent.report.stats.selector_replay`)
 ``values``          name -> ``{file: CSV or parquet, column: COL, stat: mean|min|max|sum|count,
                     decimals: N}``: numbers of files the prose cites
 ``answer``          the answer in a few sentences (the top README's answer block shows it)

@@ -278,9 +278,10 @@ def selector_replay(run: Path, taskset: Path) -> tuple[pd.DataFrame, bool | None
     """Run folder ``run``'s selector replayed over ``taskset`` on the pass rates it was fed
     (a copy of :func:`mathagent.run_facts.replay_selector`'s table), whether the replay ends in
     the state the run saved (:func:`mathagent.run_facts.ends_as_saved`) and the share of the
-    taskset's tasks whose references are pinned (agree on a rate strictly between 0 and 1). Refused in one line for a selector whose
-    references imply no pass rates (not a BOTS selector with its references). The page and
-    its named values share one replay while the run's and the taskset's files are unchanged."""
+    taskset's tasks whose references are pinned (both at one rate strictly between 0 and 1).
+    Refused in one line for a selector whose references imply no pass rates (not a BOTS
+    selector with two references). The page and its named values share one replay while the
+    run's and the taskset's files are unchanged."""
     files = [run / "buffer_tasks.csv", run / "explorer_meta.json", run / "launched_config.yaml",
              *sorted(Path(taskset).glob("*"))]
     stamps = tuple((str(f), f.stat().st_mtime_ns) for f in files if f.is_file())

@@ -56,8 +56,8 @@ from mathagent.run_facts.tables import (
 )
 from mathagent.run_facts.yours import runs_made_here, runs_overview, your_runs
 
-__all__ = ["BUFFER_TASKS", "CURVE_COLUMNS", "REPLAY_COLUMNS", "REPLAY_TABLE", "RUN_NAME", "VLLM_INIT",
-    "batch_levels", "beliefs_by_level", "ends_as_saved", "engine_timing", "eval_means",
+__all__ = ["BUFFER_TASKS", "CURVE_COLUMNS", "REPLAY_COLUMNS", "REPLAY_TABLE", "RUN_NAME",
+    "VLLM_INIT", "batch_levels", "beliefs_by_level", "ends_as_saved", "engine_timing", "eval_means",
     "first_last", "fmt", "kept_batches", "paired_evaluations",
     "pair_peaks", "replay_selector", "replays", "replies_report", "replies_text",
     "run_folders", "run_selector", "runs_keeping_replies", "runs_made_here",

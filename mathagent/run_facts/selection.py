@@ -88,15 +88,15 @@ def replay_selector(run: str | Path, taskset: str | Path, lag: int = 0):
     (:func:`saved_selector`) can be set beside. Per step, the table holds ``tasks`` in the
     run's batch, ``same tasks`` the replay drew of them, the batch's mean fed ``pass rate``,
     ``pinned references`` (the share of its tasks whose two reference pass rates agree on a
-    rate strictly between 0 and 1, :meth:`~mathagent.selectors.SelectorDriver.pinned_references`),
-    and, read once that step's pass rates are fed, the selector's ``capability`` coefficient
-    and ``implied pass rate``, the batch's mean of what the references imply at it (the
-    implicit evidence of a BOTS selector); NaN where the selector has no such thing. ``lag`` feeds each
-    step's pass rates that many steps late, as a selector fed before its next draw would not
-    be (the row of step k is then read with the steps up to k - lag fed). Refused in one line:
-    a negative lag, no table (a run whose experience buffer was not read), a table without its
-    columns or rows, tasks without a task index, indices or pass rates the taskset or a pass
-    rate cannot have."""
+    rate strictly between 0 and 1: ``SelectorDriver.pinned_references``), and, read once that
+    step's pass rates are fed, the selector's ``capability`` coefficient and ``implied pass
+    rate``, the batch's mean of what the references imply at it (the implicit evidence of a
+    BOTS selector); NaN where the selector has no such thing. ``lag`` feeds each step's pass
+    rates that many steps late, as a selector fed before its next draw would not be (the row
+    of step k is then read with the steps up to k - lag fed). Refused in one line: a negative
+    lag, no table (a run whose experience buffer was not read), a table without its columns
+    or rows, tasks without a task index, a task index outside the taskset, a pass rate
+    outside [0, 1]."""
     if lag < 0:
         raise RunError(f"replay_selector: lag {lag}: a step's pass rates cannot come before it")
     file = Path(run) / BUFFER_TASKS
@@ -120,8 +120,8 @@ def replay_selector(run: str | Path, taskset: str | Path, lag: int = 0):
     if len(outside):
         raise RunError(f"{file}: step {int(outside.iloc[0])}: a task index outside the "
                        f"{driver.n_tasks} tasks of {taskset}")
-    rates = fed["pass_rate"].astype(float)
-    bad = fed.loc[~((rates >= 0) & (rates <= 1)), "step"]
+    fed_rates = fed["pass_rate"].astype(float)
+    bad = fed.loc[~((fed_rates >= 0) & (fed_rates <= 1)), "step"]
     if len(bad):
         raise RunError(f"{file}: step {int(bad.iloc[0])}: a pass rate outside [0, 1]")
     pinned = driver.pinned_references()

@@ -136,9 +136,9 @@ class SelectorDriver:
 
     def pinned_references(self) -> np.ndarray | None:
         """Per task, whether its two reference pass rates agree on a rate strictly between 0
-        and 1: the references then imply that rate at any capability, and once the capability
-        is far from [0, 1] these are the only tasks they imply strictly between 0 and 1. None
-        without two feature keys."""
+        and 1: the references then imply that rate at any capability, while a task whose
+        references differ is implied nearer 0 or 1 the further the capability leaves [0, 1].
+        None without two feature keys."""
         if len(self.feature_keys) != 2:
             return None
         weak, strong = (np.asarray(self.dataset[k], dtype=float) for k in self.feature_keys)
