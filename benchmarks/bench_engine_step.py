@@ -3,7 +3,7 @@ anchor, for runs with and without the speed levers, or runs of the same settings
 
     python benchmarks/bench_engine_step.py RUN_FOLDER... --anchor ANCHOR.json
         [--labels NAME...] [--out benchmarks/bench_engine_step.md]
-        [--levers fast|levers|bootstrap|memory|none]
+        [--levers fast|levers|bootstrap|memory|expandable|none]
         [--same-learning FAST_RUN REFERENCE_RUN [REFERENCE_RUN...]]
 
 Each RUN_FOLDER is a Trinity-RFT run laid out as the results folders are (event files under
@@ -20,9 +20,10 @@ the reference log-prob pass to half its two passes, the weight sync to its devic
 copy of every weight. Start-up in minutes from ``train``; peak GPU memory per role in GiB.
 
 ``--levers`` names what the runs differ in (:data:`LEVER_SETS`). ``fast``, ``levers``,
-``bootstrap`` and ``memory``: the last run turned on those levers against the first; a table
-sets each lever's row before against after, and the goals are the last run's. ``none``: the runs share their settings (the
-run alone on the GPU against two sharing it, ``benchmarks/engine_step_pair.sh``); the goals
+``bootstrap``, ``memory`` and ``expandable``: the last run turned on those levers against the
+first; a table sets each lever's row before against after, and the goals are the last run's.
+``none``: the runs share their settings (the run alone on the GPU against runs sharing it,
+``benchmarks/engine_step_share.sh``); the goals
 are each run's, and a table gives each later run's step, training step, rollout and
 evaluation against the first's. Where a run's ``timings.json`` has ``cpu_cores`` (the
 experiment command's CPU monitor), a table gives the CPU cores busy by phase and role
@@ -67,6 +68,8 @@ PHASES: tuple[tuple[str, str, str | None], ...] = (
 EVAL_STEP0 = "held-out evaluation at step 0 (660 x 4)"
 MEMORY_TAGS = (("trainer allocator, GiB (max reserved)", "actor/perf/max_memory_reserved_gb"),
                ("trainer tensors, GiB (max allocated)", "actor/perf/max_memory_allocated_gb"))
+#: The trainer's allocator beyond its tensors: cached blocks no tensor used at the step's peak
+HELD_BEYOND = "trainer allocator beyond its tensors, GiB (most in one step)"
 STARTUP = ("all workflow runners ready", "step 1 starts")
 #: The start-up the goal is set on: to step 1, or to the step-0 evaluation where a run has one
 #: (that evaluation comes before step 1 and is no part of the start-up)
@@ -77,8 +80,9 @@ START_GOAL = "start-up: step 1, or the step-0 evaluation where there is one, min
 #: (``base`` and ``fast``); ``levers``: ``spec_fast8.yaml``'s run against ``spec_levers.yaml``'s,
 #: padding removed with log-probabilities in blocks (on together, so one effect on each pass),
 #: and several tasks a workflow runner (``benchmarks/engine_step_levers.sh``); ``none``: runs
-#: of the same settings, set side by side (``benchmarks/engine_step_pair.sh``); ``memory``:
-#: ``spec_memory_before.yaml``'s run against ``spec_memory.yaml``'s (``engine_step_memory.sh``).
+#: of the same settings, set side by side (``benchmarks/engine_step_share.sh``); ``memory``:
+#: ``spec_memory_before.yaml``'s run against ``spec_memory.yaml``'s (``engine_step_memory.sh``);
+#: ``expandable``: the same before against ``spec_memory_expandable.yaml``'s.
 LEVER_SETS = {
     "fast": (
         ("micro-batches of 8 for the update (2 before) and no gradient checkpointing (the "
@@ -120,6 +124,8 @@ LEVER_SETS = {
          "trainer: reference log-probs"),
         ("the two together: the trainer's tensors at their peak",
          "(both micro-batch settings)", "trainer tensors, GiB (max allocated)"),
+        ("the two together: what the trainer's allocator holds beyond its tensors",
+         "(both micro-batch settings)", HELD_BEYOND),
         ("the two together: the trainer's GPU memory",
          "(both micro-batch settings)", "peak GPU memory: trainer (FSDP actor + reference), GiB"),
         ("a KV cache of 2 GiB for vLLM (4 before)",
@@ -130,6 +136,24 @@ LEVER_SETS = {
         ("the 2 GiB KV cache: the evaluation of the starting weights, the same in both runs",
          "explorer.rollout_model.extra_engine_args.kv_cache_memory_bytes=2147483648",
          EVAL_STEP0),
+    ),
+    "expandable": (
+        ("a KV cache of 2 GiB for vLLM (4 before), and torch's allocator growing its segments "
+         "in place, together: vLLM's memory",
+         "explorer.rollout_model.extra_engine_args.kv_cache_memory_bytes=2147483648 "
+         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+         "peak GPU memory: vLLM engine worker, GiB"),
+        ("the allocator: what the trainer's allocator holds beyond its tensors",
+         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", HELD_BEYOND),
+        ("the allocator: the trainer's GPU memory",
+         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+         "peak GPU memory: trainer (FSDP actor + reference), GiB"),
+        ("the allocator: what it costs the training step",
+         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "trainer: whole training step"),
+        ("both: the run", "(both settings)",
+         "peak GPU memory: run, all processes (sum at one time), GiB"),
+        ("both: the evaluation of the starting weights, the same in both runs",
+         "(both settings)", EVAL_STEP0),
     ),
     "none": (),
 }
@@ -177,7 +201,20 @@ def run_column(folder: Path) -> pd.Series:
     for name, tag in MEMORY_TAGS:
         rows = scalars[scalars["tag"] == tag]["value"]
         out[name] = float(rows.max()) if len(rows) else math.nan
+    out[HELD_BEYOND] = held_beyond_tensors(scalars)
     return pd.Series(out)
+
+
+def held_beyond_tensors(scalars: pd.DataFrame) -> float:
+    """The most the trainer's allocator held beyond its tensors' peak in one step (GiB):
+    reserved less allocated, step by step; NaN where the run logged neither."""
+    (_, reserved), (_, allocated) = MEMORY_TAGS
+    wide = scalars[scalars["tag"].isin((reserved, allocated))].pivot_table(
+        index="step", columns="tag", values="value", aggfunc="max")
+    if reserved not in wide or allocated not in wide:
+        return math.nan
+    gap = (wide[reserved] - wide[allocated]).dropna()
+    return float(gap.max()) if len(gap) else math.nan
 
 
 def ratios(column: pd.Series, anchor: dict) -> pd.Series:

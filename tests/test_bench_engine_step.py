@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import shutil
 import statistics
 
@@ -182,7 +183,7 @@ def _rows(text: str, head: str) -> dict[str, list[str]]:
 
 def test_runs_of_the_same_settings_get_goals_each_and_each_against_the_first(bench, tmp_path,
                                                                               capsys):
-    """``--levers none`` (benchmarks/engine_step_pair.sh): no lever table and no lever check
+    """``--levers none`` (benchmarks/engine_step_share.sh): no lever table and no lever check
     (the first run here ran with the levers, which ``--levers levers`` refuses in a "before"),
     each run's goals, and each later run's step, training step, rollout and evaluation over the
     first run's."""
@@ -371,11 +372,71 @@ def test_each_sitting_spec_is_the_60_step_random_run_shortened_with_only_its_lev
         2**31, 4, 8, 8]
 
 
+def test_the_expandable_run_and_the_runs_sharing_the_gpu_differ_from_the_before_only_as_named():
+    """spec_memory_expandable.yaml is the memory sitting's before with the 2 GiB KV cache alone
+    (the allocator's variable comes from the script, not the spec); the pair and the triple
+    are that run for two and three seeds, 5 steps, no evaluation."""
+    from mathagent.experiment.schedule import schedule
+    from mathagent.results.spec import load_spec
+
+    before, expandable, pair, triple = (
+        load_spec(STEP / f"spec_{name}.yaml")
+        for name in ("memory_before", "memory_expandable", "pair", "triple"))
+    kv = "explorer.rollout_model.extra_engine_args.kv_cache_memory_bytes"
+    assert _changed(expandable, before) == {kv} and expandable.overrides[kv] == 2**31
+    assert expandable.env == before.env == pair.env == triple.env
+    for shared, seeds in ((pair, (0, 1)), (triple, (0, 1, 2))):
+        assert shared.seeds == seeds and shared.arms == expandable.arms
+        assert _changed(shared, expandable) == {"buffer.total_steps",
+                                                "explorer.eval_on_startup"}
+        assert schedule(shared.runs()[0]).steps == 5
+        assert schedule(shared.runs()[0]).eval_steps == ()
+    for script in ("engine_step_memory.sh", "engine_step_share.sh"):
+        text = (BENCH / script).read_text()
+        assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in text
+
+
+def test_the_committed_memory_pages_are_what_their_runs_give(bench, tmp_path):
+    """bench_engine_step_memory.md and bench_engine_step_memory_expandable.md, as
+    engine_step_memory.sh writes them from the sitting's three runs. The smaller
+    micro-batches cut the trainer's tensors but left its allocator holding far more beyond
+    them; the allocator growing its segments in place held less beyond them than the before."""
+    pages = {"bench_engine_step_memory.md": ("memory", "memory levers", "memory"),
+             "bench_engine_step_memory_expandable.md": ("memory_expandable",
+                                                         "expandable segments", "expandable")}
+    for page, (folder, label, levers) in pages.items():
+        out = tmp_path / page
+        args = [str(STEP / "memory_before" / "random_seed0"), str(STEP / folder / "random_seed0"),
+                "--anchor", str(STEP / "anchor_memory.json"), "--labels", "before", label,
+                "--levers", levers, "--out", str(out)]
+        assert bench.main(args) == 0
+        assert _tables(out.read_text()) == _tables((BENCH / page).read_text())
+    before, memory, expandable = (bench.run_column(STEP / name / "random_seed0")
+                                  for name in ("memory_before", "memory", "memory_expandable"))
+    tensors, beyond = "trainer tensors, GiB (max allocated)", bench.HELD_BEYOND
+    assert memory[tensors] < before[tensors] and memory[beyond] > before[beyond]
+    assert expandable[beyond] < before[beyond]
+
+
+def test_what_the_allocator_held_beyond_its_tensors_is_taken_step_by_step(bench):
+    """Reserved less allocated within one step, the most of any step (not the two maxima,
+    which can come from different steps); NaN where a run logged neither."""
+    import pandas as pd
+
+    (_, reserved), (_, allocated) = bench.MEMORY_TAGS
+    scalars = pd.DataFrame({"tag": [reserved, allocated, reserved, allocated],
+                            "step": [1, 1, 2, 2], "value": [10.0, 9.0, 12.0, 4.0]})
+    assert bench.held_beyond_tensors(scalars) == 8.0
+    assert math.isnan(bench.held_beyond_tensors(scalars[scalars["tag"] == reserved]))
+    assert math.isnan(bench.held_beyond_tensors(scalars.iloc[0:0]))
+
+
 def test_each_memory_lever_row_is_a_row_of_the_table_and_an_unmeasured_goal_says_so(bench):
     column = bench.run_column(STEP / "levers16" / "random_seed0")
     step0 = bench.run_column(STEP / "bootstrap_off" / "random_seed0").index
-    assert [row for _, _, row in bench.LEVER_SETS["memory"]
-            if row not in column.index and row not in step0] == []
+    for levers in ("memory", "expandable"):
+        assert [row for _, _, row in bench.LEVER_SETS[levers]
+                if row not in column.index and row not in step0] == []
     import pandas as pd
 
     frame = pd.DataFrame({"run": column.drop("held-out evaluation (660 x 4)")})
