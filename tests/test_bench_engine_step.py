@@ -374,18 +374,18 @@ def test_each_sitting_spec_is_the_60_step_random_run_shortened_with_only_its_lev
 
 def test_the_expandable_run_and_the_runs_sharing_the_gpu_differ_from_the_before_only_as_named():
     """spec_memory_expandable.yaml is the memory sitting's before with the 2 GiB KV cache alone
-    (the allocator's variable comes from the script, not the spec); the pair and the triple
-    are that run for two and three seeds, 5 steps, no evaluation."""
+    (the allocator's variable comes from the script, not the spec); the sharing sitting's run
+    alone, pair and triple are that run for one, two and three seeds, 5 steps, no evaluation."""
     from mathagent.experiment.schedule import schedule
     from mathagent.results.spec import load_spec
 
-    before, expandable, pair, triple = (
+    before, expandable, alone, pair, triple = (
         load_spec(STEP / f"spec_{name}.yaml")
-        for name in ("memory_before", "memory_expandable", "pair", "triple"))
+        for name in ("memory_before", "memory_expandable", "alone", "pair", "triple"))
     kv = "explorer.rollout_model.extra_engine_args.kv_cache_memory_bytes"
     assert _changed(expandable, before) == {kv} and expandable.overrides[kv] == 2**31
-    assert expandable.env == before.env == pair.env == triple.env
-    for shared, seeds in ((pair, (0, 1)), (triple, (0, 1, 2))):
+    assert expandable.env == before.env == alone.env == pair.env == triple.env
+    for shared, seeds in ((alone, (0,)), (pair, (0, 1)), (triple, (0, 1, 2))):
         assert shared.seeds == seeds and shared.arms == expandable.arms
         assert _changed(shared, expandable) == {"buffer.total_steps",
                                                 "explorer.eval_on_startup"}
@@ -461,3 +461,40 @@ def test_the_bootstrap_sitting_without_its_60_step_run_stops_in_one_line(tmp_pat
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr == (f"engine_step_bootstrap.sh: {missing}: no laid-out run (run "
                            "configs/experiment_qwen_60steps.yaml first, or set ON)\n")
+
+
+def test_the_sharing_sitting_runs_alone_then_three_then_two_with_the_allocator_setting(tmp_path):
+    """engine_step_share.sh with a Python that records each command instead of running it: the
+    anchor, the run alone, the triple and the pair (no GPU here: the memory check cannot
+    refuse, and says so), every run with the allocator's variable and no lever from the
+    calling shell, and the page from the six runs against the sitting's anchor."""
+    import os
+    import subprocess
+    import sys
+
+    log = tmp_path / "calls.txt"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\ncase "$1" in -c|-) exec {sys.executable} "$@";; esac\n'
+                      f'echo "$PYTORCH_CUDA_ALLOC_CONF|${{MATHAGENT_VARLEN_ATTN:-}}|$*" >> {log}\n')
+    python.chmod(0o755)
+    done = subprocess.run(["bash", str(BENCH / "engine_step_share.sh")], capture_output=True,
+                          text=True, timeout=120,
+                          env={**os.environ, "PYTHON": str(python), "PATH": os.environ["PATH"],
+                               "MATHAGENT_VARLEN_ATTN": "0", "PYTORCH_CUDA_ALLOC_CONF": ""})
+    assert done.returncode == 0, done.stderr
+    calls = [line.split("|", 2) for line in log.read_text().splitlines()]
+    step = "benchmarks/engine_step"
+    assert [cmd for _, _, cmd in calls[:4]] == [
+        f"benchmarks/engine_anchor.py --out {step}/anchor_share.json",
+        f"-m mathagent experiment {step}/spec_alone.yaml",
+        f"-m mathagent experiment {step}/spec_triple.yaml --parallel 3",
+        f"-m mathagent experiment {step}/spec_pair.yaml --parallel 2"]
+    assert [(alloc, lever) for alloc, lever, _ in calls[1:4]] == [("expandable_segments:True",
+                                                                   "")] * 3
+    runs = [f"{step}/alone/random_seed0"] + [f"{step}/{side}/random_seed{seed}"
+                                             for side, n in (("triple", 3), ("pair", 2))
+                                             for seed in range(n)]
+    assert calls[4][2].startswith(f"benchmarks/bench_engine_step.py {' '.join(runs)} "
+                                  f"--anchor {step}/anchor_share.json --levers none --labels alone")
+    assert len(calls) == 5
+    assert done.stdout.count("no GPU memory figure") == 2
