@@ -3,7 +3,7 @@ anchor, for runs with and without the speed levers, or runs of the same settings
 
     python benchmarks/bench_engine_step.py RUN_FOLDER... --anchor ANCHOR.json
         [--labels NAME...] [--out benchmarks/bench_engine_step.md]
-        [--levers fast|levers|bootstrap|memory|expandable|none]
+        [--levers fast|levers|bootstrap|memory|expandable|fused|none]
         [--same-learning FAST_RUN REFERENCE_RUN [REFERENCE_RUN...]]
 
 Each RUN_FOLDER is a Trinity-RFT run laid out as the results folders are (event files under
@@ -20,8 +20,8 @@ the reference log-prob pass to half its two passes, the weight sync to its devic
 copy of every weight. Start-up in minutes from ``train``; peak GPU memory per role in GiB.
 
 ``--levers`` names what the runs differ in (:data:`LEVER_SETS`). ``fast``, ``levers``,
-``bootstrap``, ``memory`` and ``expandable``: the last run turned on those levers against the
-first; a table sets each lever's row before against after, and the goals are the last run's.
+``bootstrap``, ``memory``, ``expandable`` and ``fused``: the last run turned on those levers
+against the first; a table sets each lever's row before against after, and the goals are the last run's.
 ``none``: the runs share their settings (the run alone on the GPU against runs sharing it,
 ``benchmarks/engine_step_share.sh``); the goals
 are each run's, and a table gives each later run's step, training step, rollout and
@@ -68,8 +68,10 @@ PHASES: tuple[tuple[str, str, str | None], ...] = (
 EVAL_STEP0 = "held-out evaluation at step 0 (660 x 4)"
 MEMORY_TAGS = (("trainer allocator, GiB (max reserved)", "actor/perf/max_memory_reserved_gb"),
                ("trainer tensors, GiB (max allocated)", "actor/perf/max_memory_allocated_gb"))
-#: The trainer's allocator beyond its tensors: cached blocks no tensor used at the step's peak
-HELD_BEYOND = "trainer allocator beyond its tensors, GiB (most in one step)"
+#: torch's allocator setting, which a run records in ``params.json`` as ``torch_allocator``
+ALLOC_ENV = "PYTORCH_CUDA_ALLOC_CONF"
+#: The trainer's allocator beyond its tensors' peak: memory it held that no tensor used at once
+HELD_BEYOND = "trainer allocator beyond its tensors' peak, GiB (max reserved less max allocated)"
 STARTUP = ("all workflow runners ready", "step 1 starts")
 #: The start-up the goal is set on: to step 1, or to the step-0 evaluation where a run has one
 #: (that evaluation comes before step 1 and is no part of the start-up)
@@ -82,7 +84,8 @@ START_GOAL = "start-up: step 1, or the step-0 evaluation where there is one, min
 #: and several tasks a workflow runner (``benchmarks/engine_step_levers.sh``); ``none``: runs
 #: of the same settings, set side by side (``benchmarks/engine_step_share.sh``); ``memory``:
 #: ``spec_memory_before.yaml``'s run against ``spec_memory.yaml``'s (``engine_step_memory.sh``);
-#: ``expandable``: the same before against ``spec_memory_expandable.yaml``'s.
+#: ``expandable``: the same before against ``spec_memory_expandable.yaml``'s; ``fused``:
+#: ``spec_alone.yaml``'s run against ``spec_fused.yaml``'s (``engine_step_share.sh``).
 LEVER_SETS = {
     "fast": (
         ("micro-batches of 8 for the update (2 before) and no gradient checkpointing (the "
@@ -155,6 +158,19 @@ LEVER_SETS = {
         ("both: the evaluation of the starting weights, the same in both runs",
          "(both settings)", EVAL_STEP0),
     ),
+    "fused": (
+        ("verl's fused kernels for the policy's head (log-probabilities 512 tokens at a time): "
+         "the trainer's tensors at their peak",
+         "trainer.trainer_config.model.use_fused_kernels=true "
+         "trainer.trainer_config.model.fused_kernel_options.impl_backend=torch",
+         "trainer tensors, GiB (max allocated)"),
+        ("the same: the trainer's GPU memory", "(the same)",
+         "peak GPU memory: trainer (FSDP actor + reference), GiB"),
+        ("the same: the run", "(the same)",
+         "peak GPU memory: run, all processes (sum at one time), GiB"),
+        ("the same: the reference log-prob pass", "(the same)", "trainer: reference log-probs"),
+        ("the same: the actor's update", "(the same)", "trainer: actor update"),
+    ),
     "none": (),
 }
 #: The goals of one run alone on one GPU at 16 x 8: (row, most allowed)
@@ -206,15 +222,14 @@ def run_column(folder: Path) -> pd.Series:
 
 
 def held_beyond_tensors(scalars: pd.DataFrame) -> float:
-    """The most the trainer's allocator held beyond its tensors' peak in one step (GiB):
-    reserved less allocated, step by step; NaN where the run logged neither."""
+    """What the trainer's allocator held beyond its tensors' peak (GiB): its most reserved less
+    its most allocated over the run. verl logs both as torch's running peaks since the trainer
+    started, so each tag's last value is its most; NaN where the run logged either not at all."""
     (_, reserved), (_, allocated) = MEMORY_TAGS
-    wide = scalars[scalars["tag"].isin((reserved, allocated))].pivot_table(
-        index="step", columns="tag", values="value", aggfunc="max")
-    if reserved not in wide or allocated not in wide:
+    most = scalars[scalars["tag"].isin((reserved, allocated))].groupby("tag")["value"].max()
+    if reserved not in most or allocated not in most:
         return math.nan
-    gap = (wide[reserved] - wide[allocated]).dropna()
-    return float(gap.max()) if len(gap) else math.nan
+    return float(most[reserved] - most[allocated])
 
 
 def ratios(column: pd.Series, anchor: dict) -> pd.Series:
@@ -425,17 +440,23 @@ def anchor_lines(anchor: dict) -> str:
 
 
 def recorded_levers(folder: Path) -> dict | None:
-    """The levers a run recorded (``params.json``'s ``levers``), None for a run laid out before
-    they were recorded; OSError or ValueError where params.json is missing or not JSON."""
-    return json.loads((folder / "params.json").read_text()).get("levers")
+    """The levers a run recorded (``params.json``'s ``levers``), with torch's allocator setting
+    under :data:`ALLOC_ENV` where the run recorded it (``torch_allocator``); None for a run laid
+    out before levers were recorded; OSError or ValueError where params.json is missing or not
+    JSON."""
+    params = json.loads((folder / "params.json").read_text())
+    levers = params.get("levers")
+    if levers is not None and "torch_allocator" in params:
+        levers = {**levers, ALLOC_ENV: params["torch_allocator"]}
+    return levers
 
 
 def lever_mismatch(before: Path, after: Path, levers: str) -> str | None:
-    """Where the runs' recorded levers (``params.json``'s ``levers``; runs laid out before it
-    was recorded have none, and pass) contradict ``LEVER_SETS[levers]``: the before run with
-    one of its variables set, or the after run without it."""
-    switches = {word.split("=")[0]: word.split("=")[1] for _, setting, _ in LEVER_SETS[levers]
-                for word in setting.split() if word.startswith("MATHAGENT_")}
+    """Where the runs' recorded levers (``params.json``'s ``levers`` and ``torch_allocator``;
+    a run laid out before either was recorded passes on it) contradict ``LEVER_SETS[levers]``:
+    the before run with one of its variables set, or the after run without it."""
+    switches = {word.split("=")[0]: word.split("=", 1)[1] for _, setting, _ in LEVER_SETS[levers]
+                for word in setting.split() if word.startswith(("MATHAGENT_", ALLOC_ENV + "="))}
     if not switches:  # ``none``: the runs share their settings
         return None
     for folder, want in ((before, False), (after, True)):
@@ -446,8 +467,10 @@ def lever_mismatch(before: Path, after: Path, levers: str) -> str | None:
         if recorded is None:
             continue
         for name, value in switches.items():
+            if name == ALLOC_ENV and name not in recorded:  # laid out before it was recorded
+                continue
             if (recorded.get(name) == value) != want:
-                have = f"{name}={recorded[name]}" if name in recorded else f"no {name}"
+                have = f"{name}={recorded[name]}" if recorded.get(name) else f"no {name}"
                 return (f"{folder / 'params.json'}: ran with {have}, but --levers {levers} "
                         f"compares runs {'with' if want else 'without'} {name}={value}")
     return None

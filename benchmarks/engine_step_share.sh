@@ -1,26 +1,30 @@
 #!/usr/bin/env bash
-# Runs sharing one GPU: one run of spec_memory_expandable.yaml's settings alone, then three and
-# two such runs side by side, on one GPU in one sitting, from the repository root of a GPU
-# install (a GPU that holds three runs' peaks: an H200):
+# Runs sharing one GPU: one run of spec_memory_expandable.yaml's settings alone, the same with
+# verl's fused kernels, then three and two runs of the first side by side, on one GPU in one
+# sitting, from the repository root of a GPU install (a GPU that holds three runs' peaks: an
+# H200):
 #
 #     bash benchmarks/engine_step_share.sh
 #
 # 1. the plain-PyTorch anchor of this GPU (benchmarks/engine_anchor.py), alone on the GPU;
 # 2. engine_step/spec_alone.yaml: `random`, seed 0, those settings, 5 steps, no held-out
 #    evaluation: the baseline, and its peak GPU memory the check for what follows;
-# 3. engine_step/spec_triple.yaml with `--parallel 3`: seeds 0, 1 and 2 of that run side by
+# 3. engine_step/spec_fused.yaml: the same run with verl's fused kernels for the policy's head,
+#    and bench_engine_step.py --levers fused on the two (bench_engine_step_fused.md);
+# 4. engine_step/spec_triple.yaml with `--parallel 3`: seeds 0, 1 and 2 of that run side by
 #    side, each with its own Ray head (refused where the GPU's memory does not hold three times
 #    the run alone's peak);
-# 4. engine_step/spec_pair.yaml with `--parallel 2`: seeds 0 and 1 (it runs even where the
+# 5. engine_step/spec_pair.yaml with `--parallel 2`: seeds 0 and 1 (it runs even where the
 #    triple was refused or failed);
-# 5. benchmarks/bench_engine_step.py --levers none on the run alone, the triple's three and the
-#    pair's two (those that finished): each phase and each run's peak GPU memory.
+# 6. benchmarks/bench_engine_step.py --levers none on the run alone and the runs of each side
+#    that ran to its end (a side that was refused or failed is left out, and the sitting ends
+#    in failure): each phase and each run's peak GPU memory.
 #
 # Every run has PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in its environment (torch's
 # variable, from this script; the levers come from the specs only). Writes
-# benchmarks/engine_step/{anchor_share.json,alone/,triple/,pair/} and
-# benchmarks/bench_engine_step_share.md. A run stopped midway starts again from scratch at the
-# next call; a finished one is kept.
+# benchmarks/engine_step/{anchor_share.json,alone/,fused/,triple/,pair/} and
+# benchmarks/bench_engine_step_{fused,share}.md. A run stopped midway starts again from scratch
+# at the next call; a finished one is kept.
 set -uo pipefail
 source "$(dirname "$0")/engine_step/sitting.sh" || exit 1
 
@@ -30,8 +34,17 @@ experiment() {
 "$PY" benchmarks/engine_anchor.py --out "$DIR/anchor_share.json" || exit 1
 experiment "$DIR/spec_alone.yaml" || {
   echo "engine_step_share.sh: the run alone failed (its log is named above)" >&2; exit 1; }
+FAILED=0
+if experiment "$DIR/spec_fused.yaml"; then
+  "$PY" benchmarks/bench_engine_step.py "$DIR/alone/random_seed0" "$DIR/fused/random_seed0" \
+    --anchor "$DIR/anchor_share.json" --labels alone "fused kernels" --levers fused \
+    --out benchmarks/bench_engine_step_fused.md || FAILED=1
+else
+  echo "engine_step_share.sh: the run with the fused kernels failed (its log is named above)" >&2
+  FAILED=1
+fi
 # The triple first; a side that fails is reported and the other still runs.
-RUNS=("$DIR/alone/random_seed0"); LABELS=(alone); FAILED=0
+RUNS=("$DIR/alone/random_seed0"); LABELS=(alone)
 for side in triple pair; do
   n=$([ $side = triple ] && echo 3 || echo 2)
   # n times the peak of the run alone (its folder's gpu_memory.csv) against this GPU's memory.

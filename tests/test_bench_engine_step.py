@@ -277,7 +277,7 @@ def test_the_committed_16_step_levers_page_is_what_its_run_gives(bench, tmp_path
     check at steps 8 and 16) are what the committed 16-step run and its anchor give."""
     out = tmp_path / "levers16.md"
     run = str(STEP / "levers16" / "random_seed0")
-    args = [run, "--anchor", str(STEP / "anchor_pair.json"), "--labels", "levers, 16 steps",
+    args = [run, "--anchor", str(STEP / "anchor_levers16.json"), "--labels", "levers, 16 steps",
             "--levers", "none", "--same-learning", run,
             str(paths.REPO_ROOT / "results" / "trinity_qwen" / "random_seed0"),
             "--figure", str(tmp_path / "f.png"), "--out", str(out)]
@@ -304,6 +304,31 @@ def test_the_bootstrap_lever_compares_a_run_with_it_turned_off_against_one_with_
         bench.lever_mismatch(after, after, "bootstrap")
     rows = bench.LEVER_SETS["bootstrap"]
     assert [row for _, _, row in rows] == [bench.EVAL_STEP0]
+
+
+def test_the_allocator_setting_is_checked_where_a_run_recorded_it(bench, tmp_path):
+    """``--levers expandable``: a run that recorded ``torch_allocator`` must have run with
+    expandable segments if it is the after and without them if it is the before; runs laid out
+    before the setting was recorded (the committed ones) pass."""
+    before, after = tmp_path / "before", tmp_path / "after"
+    for folder, value in ((before, None), (after, "expandable_segments:True")):
+        shutil.copytree(STEP / "memory_before" / "random_seed0", folder,
+                        ignore=shutil.ignore_patterns("monitor"))
+        params = json.loads((folder / "params.json").read_text())
+        (folder / "params.json").write_text(json.dumps({**params, "torch_allocator": value}))
+    assert bench.lever_mismatch(before, after, "expandable") is None
+    assert bench.lever_mismatch(after, before, "expandable") == (
+        f"{after / 'params.json'}: ran with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, "
+        "but --levers expandable compares runs without "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    assert bench.lever_mismatch(after, after, "expandable").endswith(
+        "compares runs without PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    assert bench.lever_mismatch(before, before, "expandable") == (
+        f"{before / 'params.json'}: ran with no PYTORCH_CUDA_ALLOC_CONF, but --levers "
+        "expandable compares runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    committed = [STEP / name / "random_seed0" for name in ("memory_before", "memory_expandable")]
+    assert "torch_allocator" not in json.loads((committed[1] / "params.json").read_text())
+    assert bench.lever_mismatch(*committed, "expandable") is None
 
 
 def test_the_committed_bootstrap_page_is_what_its_runs_give(bench, tmp_path):
@@ -391,6 +416,11 @@ def test_the_expandable_run_and_the_runs_sharing_the_gpu_differ_from_the_before_
                                                 "explorer.eval_on_startup"}
         assert schedule(shared.runs()[0]).steps == 5
         assert schedule(shared.runs()[0]).eval_steps == ()
+    fused = load_spec(STEP / "spec_fused.yaml")
+    assert fused.seeds == (0,) and fused.env == alone.env
+    assert {k: fused.overrides[k] for k in _changed(fused, alone)} == {
+        "trainer.trainer_config.model.use_fused_kernels": True,
+        "trainer.trainer_config.model.fused_kernel_options.impl_backend": "torch"}
     for script in ("engine_step_memory.sh", "engine_step_share.sh"):
         text = (BENCH / script).read_text()
         assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in text
@@ -418,23 +448,31 @@ def test_the_committed_memory_pages_are_what_their_runs_give(bench, tmp_path):
     assert expandable[beyond] < before[beyond]
 
 
-def test_what_the_allocator_held_beyond_its_tensors_is_taken_step_by_step(bench):
-    """Reserved less allocated within one step, the most of any step (not the two maxima,
-    which can come from different steps); NaN where a run logged neither."""
+def test_what_the_allocator_held_beyond_its_tensors_is_the_two_running_peaks_apart(bench):
+    """verl logs torch's running peaks, so the row is the most reserved less the most allocated
+    of the run (here step 2's reserved against step 3's allocated); NaN where a run logged
+    either tag not at all. The committed runs' tags never fall."""
     import pandas as pd
 
     (_, reserved), (_, allocated) = bench.MEMORY_TAGS
-    scalars = pd.DataFrame({"tag": [reserved, allocated, reserved, allocated],
-                            "step": [1, 1, 2, 2], "value": [10.0, 9.0, 12.0, 4.0]})
-    assert bench.held_beyond_tensors(scalars) == 8.0
+    scalars = pd.DataFrame({"tag": [reserved, allocated] * 3, "step": [1, 1, 2, 2, 3, 3],
+                            "value": [10.0, 4.0, 12.0, 5.0, 12.0, 9.0]})
+    assert bench.held_beyond_tensors(scalars) == 3.0
     assert math.isnan(bench.held_beyond_tensors(scalars[scalars["tag"] == reserved]))
     assert math.isnan(bench.held_beyond_tensors(scalars.iloc[0:0]))
+    from mathagent import results
+
+    for name in ("memory_before", "memory", "memory_expandable"):
+        tags = results.read_scalars(STEP / name / "random_seed0")
+        for tag in (reserved, allocated):
+            values = tags[tags["tag"] == tag].sort_values("step")["value"]
+            assert len(values) == 4 and values.is_monotonic_increasing
 
 
 def test_each_memory_lever_row_is_a_row_of_the_table_and_an_unmeasured_goal_says_so(bench):
     column = bench.run_column(STEP / "levers16" / "random_seed0")
     step0 = bench.run_column(STEP / "bootstrap_off" / "random_seed0").index
-    for levers in ("memory", "expandable"):
+    for levers in ("memory", "expandable", "fused"):
         assert [row for _, _, row in bench.LEVER_SETS[levers]
                 if row not in column.index and row not in step0] == []
     import pandas as pd
@@ -463,38 +501,110 @@ def test_the_bootstrap_sitting_without_its_60_step_run_stops_in_one_line(tmp_pat
                            "configs/experiment_qwen_60steps.yaml first, or set ON)\n")
 
 
-def test_the_sharing_sitting_runs_alone_then_three_then_two_with_the_allocator_setting(tmp_path):
-    """engine_step_share.sh with a Python that records each command instead of running it: the
-    anchor, the run alone, the triple and the pair (no GPU here: the memory check cannot
-    refuse, and says so), every run with the allocator's variable and no lever from the
-    calling shell, and the page from the six runs against the sitting's anchor."""
+def _share_sitting(tmp_path, gpu_mib: str = "", alone_peak: float | None = None,
+                   failing: str = "never-fails"):
+    """engine_step_share.sh and sitting.sh copied into a bare tree, run with a Python that
+    records each command instead of running it (and fails the one naming ``failing``) and an
+    nvidia-smi that reports ``gpu_mib`` (nothing: no GPU figure). Returns (the finished
+    process, each recorded call as (allocator setting, lever, command))."""
     import os
     import subprocess
     import sys
 
-    log = tmp_path / "calls.txt"
-    python = tmp_path / "python"
+    root = tmp_path / "repo"
+    (root / "benchmarks" / "engine_step").mkdir(parents=True)
+    shutil.copy(BENCH / "engine_step_share.sh", root / "benchmarks")
+    shutil.copy(STEP / "sitting.sh", root / "benchmarks" / "engine_step")
+    if alone_peak is not None:
+        (root / "benchmarks" / "engine_step" / "alone").mkdir()
+        (root / "benchmarks" / "engine_step" / "alone" / "gpu_memory.csv").write_text(
+            f'"peak GPU memory, GiB",random_seed0\n"run, all processes (sum at one time)",'
+            f"{alone_peak}\n")
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.txt"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\necho {gpu_mib}\n")
+    python = bin_dir / "python"
     python.write_text(f'#!/bin/sh\ncase "$1" in -c|-) exec {sys.executable} "$@";; esac\n'
-                      f'echo "$PYTORCH_CUDA_ALLOC_CONF|${{MATHAGENT_VARLEN_ATTN:-}}|$*" >> {log}\n')
-    python.chmod(0o755)
-    done = subprocess.run(["bash", str(BENCH / "engine_step_share.sh")], capture_output=True,
-                          text=True, timeout=120,
-                          env={**os.environ, "PYTHON": str(python), "PATH": os.environ["PATH"],
-                               "MATHAGENT_VARLEN_ATTN": "0", "PYTORCH_CUDA_ALLOC_CONF": ""})
+                      f'echo "$PYTORCH_CUDA_ALLOC_CONF|${{MATHAGENT_VARLEN_ATTN:-}}|$*" >> {log}\n'
+                      f'case "$*" in *{failing}*) exit 1;; esac\n')
+    for tool in (python, bin_dir / "nvidia-smi"):
+        tool.chmod(0o755)
+    done = subprocess.run(
+        ["bash", str(root / "benchmarks" / "engine_step_share.sh")], capture_output=True,
+        text=True, timeout=120,
+        env={**os.environ, "PYTHON": str(python), "PATH": f"{bin_dir}:{os.environ['PATH']}",
+             "PYTHONPATH": str(paths.REPO_ROOT), "MATHAGENT_VARLEN_ATTN": "0",
+             "PYTORCH_CUDA_ALLOC_CONF": ""})
+    return done, [tuple(line.split("|", 2)) for line in log.read_text().splitlines()]
+
+
+SHARE_STEP = "benchmarks/engine_step"
+
+
+def _bench_call(runs: list[str], anchor: str, levers: str) -> str:
+    return f"benchmarks/bench_engine_step.py {' '.join(runs)} --anchor {anchor} --levers {levers}"
+
+
+def test_the_sharing_sitting_runs_alone_fused_then_three_then_two_with_the_allocator_setting(
+        tmp_path):
+    """The anchor, the run alone, the fused kernels' run and its page, the triple and the pair
+    (no GPU figure: the memory check cannot refuse, and says so), every run with the
+    allocator's variable and no lever from the calling shell, and the page of the six runs."""
+    done, calls = _share_sitting(tmp_path)
     assert done.returncode == 0, done.stderr
-    calls = [line.split("|", 2) for line in log.read_text().splitlines()]
-    step = "benchmarks/engine_step"
-    assert [cmd for _, _, cmd in calls[:4]] == [
-        f"benchmarks/engine_anchor.py --out {step}/anchor_share.json",
-        f"-m mathagent experiment {step}/spec_alone.yaml",
-        f"-m mathagent experiment {step}/spec_triple.yaml --parallel 3",
-        f"-m mathagent experiment {step}/spec_pair.yaml --parallel 2"]
-    assert [(alloc, lever) for alloc, lever, _ in calls[1:4]] == [("expandable_segments:True",
-                                                                   "")] * 3
+    step, anchor = SHARE_STEP, f"{SHARE_STEP}/anchor_share.json"
+    experiments = [f"-m mathagent experiment {step}/spec_{name}" for name in
+                   ("alone.yaml", "fused.yaml", "triple.yaml --parallel 3",
+                    "pair.yaml --parallel 2")]
+    assert [cmd for _, _, cmd in calls] == [
+        f"benchmarks/engine_anchor.py --out {anchor}", *experiments[:2],
+        f"benchmarks/bench_engine_step.py {step}/alone/random_seed0 {step}/fused/random_seed0 "
+        f"--anchor {anchor} --labels alone fused kernels --levers fused "
+        "--out benchmarks/bench_engine_step_fused.md",
+        *experiments[2:], calls[6][2]]
+    assert [(alloc, lever) for alloc, lever, cmd in calls if "experiment" in cmd] == [
+        ("expandable_segments:True", "")] * 4
     runs = [f"{step}/alone/random_seed0"] + [f"{step}/{side}/random_seed{seed}"
                                              for side, n in (("triple", 3), ("pair", 2))
                                              for seed in range(n)]
-    assert calls[4][2].startswith(f"benchmarks/bench_engine_step.py {' '.join(runs)} "
-                                  f"--anchor {step}/anchor_share.json --levers none --labels alone")
-    assert len(calls) == 5
+    assert calls[6][2].startswith(_bench_call(runs, anchor, "none") + " --labels alone")
+    assert calls[6][2].endswith("--out benchmarks/bench_engine_step_share.md")
     assert done.stdout.count("no GPU memory figure") == 2
+
+
+def test_the_sharing_sitting_refuses_what_the_gpu_cannot_hold_and_goes_on_past_a_failure(
+        tmp_path):
+    """A GPU of 100,000 MiB and a run alone that peaked at 40.5 GiB: three at once are refused
+    in one line, two run; the fused kernels' run fails and is named; the page holds the run
+    alone and the pair, and the sitting ends in failure."""
+    done, calls = _share_sitting(tmp_path, gpu_mib="100000", alone_peak=40.5,
+                                 failing="spec_fused.yaml")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "engine_step_share.sh: the run with the fused kernels failed (its log is named above)",
+        "engine_step_share.sh: 3 runs at once: the folder's runs peaked at 40.5 GiB each and "
+        "this GPU has 97.7 GiB: 3 at once would not fit"]
+    step = SHARE_STEP
+    assert [cmd.split()[-1] for _, _, cmd in calls[1:4]] == [
+        f"{step}/spec_alone.yaml", f"{step}/spec_fused.yaml", "2"]
+    runs = [f"{step}/alone/random_seed0", f"{step}/pair/random_seed0", f"{step}/pair/random_seed1"]
+    assert calls[4][2].startswith(_bench_call(runs, f"{step}/anchor_share.json", "none"))
+    assert len(calls) == 5
+
+
+def test_the_fused_kernels_settings_reach_the_verl_config_trinity_builds(tmp_path):
+    """spec_fused.yaml's two keys, through Trinity's own config builder: the model config the
+    actor and the reference share asks for the fused head with the torch backend (verl skips
+    the fused forward, with a warning only, where no backend is named)."""
+    from trinity.trainer.verl.config import build_verl_config
+
+    from mathagent import launch
+    from mathagent.results.spec import load_spec
+
+    for name, fused in (("fused", True), ("alone", False)):
+        run = load_spec(STEP / f"spec_{name}.yaml").runs()[0]
+        plan = launch.load_plan(run.config, list(run.overrides), work_dir=tmp_path / name)
+        model = build_verl_config(plan.config).model
+        assert model.use_fused_kernels is fused
+        assert (model.fused_kernel_options or {}).get("impl_backend") == ("torch" if fused
+                                                                          else None)

@@ -278,8 +278,9 @@ def train_command(args: argparse.Namespace) -> int:
 def run_record(plan: LaunchPlan, checked: Preflight, trinity_yaml: Path, fixes) -> dict:
     """What ``params.json`` records of a launched run: its config and the YAML handed to
     Trinity, selector and seed, judge, held-out taskset, job folder, settings, the rollout
-    settings carried, each compatibility fix's status and the levers set
-    (:func:`mathagent.compat.levers_set`)."""
+    settings carried, each compatibility fix's status, the levers set
+    (:func:`mathagent.compat.levers_set`) and torch's allocator setting
+    (``PYTORCH_CUDA_ALLOC_CONF``, which every process of the run inherits; None where unset)."""
     from mathagent.compat import levers_set
 
     selector = _selector_config(plan.config.buffer.explorer_input.taskset)
@@ -291,7 +292,8 @@ def run_record(plan: LaunchPlan, checked: Preflight, trinity_yaml: Path, fixes) 
             "eval_taskset": evals[0].name if evals else None,
             "checkpoint_job_dir": str(checked.checked_config.checkpoint_job_dir),
             "settings": plan.settings, "carried_rollout_settings": plan.carried,
-            "compat_fixes": {f.name: f.status for f in fixes}, "levers": levers_set()}
+            "compat_fixes": {f.name: f.status for f in fixes}, "levers": levers_set(),
+            "torch_allocator": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}
 
 
 def launch(plan: LaunchPlan, checked: Preflight, started: float) -> int:

@@ -741,9 +741,14 @@ def test_the_run_record_names_the_run_and_the_levers_set(arith_dry_run, monkeypa
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(compat.VARLEN_ATTN_ENV, "1")
     monkeypatch.setenv(compat.SLOTS_ENV, "4")
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     fix = compat.FixResult("trinity-colocate", "applied", "")
     record = run_record(plan, result, tmp_path / "trinity_config.yaml", [fix])
     assert record["levers"] == {compat.VARLEN_ATTN_ENV: "1", compat.SLOTS_ENV: "4"}
+    assert record["torch_allocator"] is None
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    assert run_record(plan, result, tmp_path / "trinity_config.yaml",
+                      [fix])["torch_allocator"] == "expandable_segments:True"
     assert record["config"] == str(ARITH) and record["judge"] == "lenient_judge"
     assert record["selector"] == "difficulty_based"
     assert record["checkpoint_job_dir"] == str(result.checked_config.checkpoint_job_dir)
