@@ -21,11 +21,10 @@ copy of every weight. Start-up in minutes from ``train``; peak GPU memory per ro
 
 ``--levers`` names what the runs differ in (:data:`LEVER_SETS`). ``fast``, ``levers``,
 ``bootstrap``, ``memory``, ``expandable`` and ``fused``: the last run turned on those levers
-against the first; a table sets each lever's row before against after, and the goals are the last run's.
-``none``: the runs share their settings (the run alone on the GPU against runs sharing it,
-``benchmarks/engine_step_share.sh``); the goals
-are each run's, and a table gives each later run's step, training step, rollout and
-evaluation against the first's. Where a run's ``timings.json`` has ``cpu_cores`` (the
+against the first; a table sets each lever's row before against after, and the goals are the
+last run's. ``none``: the runs share their settings (the run alone on the GPU against runs
+sharing it, ``benchmarks/engine_step_share.sh``); the goals are each run's, and a table gives
+each later run's step, training step, rollout and evaluation against the first's. Where a run's ``timings.json`` has ``cpu_cores`` (the
 experiment command's CPU monitor), a table gives the CPU cores busy by phase and role
 (:func:`cpu_lines`).
 
