@@ -417,10 +417,15 @@ def test_the_expandable_run_and_the_runs_sharing_the_gpu_differ_from_the_before_
         assert schedule(shared.runs()[0]).steps == 5
         assert schedule(shared.runs()[0]).eval_steps == ()
     fused = load_spec(STEP / "spec_fused.yaml")
+    fused_keys = {"trainer.trainer_config.model.use_fused_kernels": True,
+                  "trainer.trainer_config.model.fused_kernel_options.impl_backend": "torch"}
     assert fused.seeds == (0,) and fused.env == alone.env
-    assert {k: fused.overrides[k] for k in _changed(fused, alone)} == {
-        "trainer.trainer_config.model.use_fused_kernels": True,
-        "trainer.trainer_config.model.fused_kernel_options.impl_backend": "torch"}
+    assert {k: fused.overrides[k] for k in _changed(fused, alone)} == fused_keys
+    for shared in (pair, triple):  # the fused kernels' pair and triple: the same but those keys
+        side = load_spec(STEP / f"spec_{shared.out.name}_fused.yaml")
+        assert side.seeds == shared.seeds and side.env == shared.env
+        assert side.out.name == f"{shared.out.name}_fused"
+        assert {k: side.overrides[k] for k in _changed(side, shared)} == fused_keys
     for script in ("engine_step_memory.sh", "engine_step_share.sh"):
         text = (BENCH / script).read_text()
         assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in text
@@ -502,7 +507,7 @@ def test_the_bootstrap_sitting_without_its_60_step_run_stops_in_one_line(tmp_pat
 
 
 def _share_sitting(tmp_path, gpu_mib: str = "", alone_peak: float | None = None,
-                   failing: str = "never-fails"):
+                   failing: str = "never-fails", fused_peak: float | None = None):
     """engine_step_share.sh and sitting.sh copied into a bare tree, run with a Python that
     records each command instead of running it (and fails the one naming ``failing``) and an
     nvidia-smi that reports ``gpu_mib`` (nothing: no GPU figure). Returns (the finished
@@ -515,11 +520,12 @@ def _share_sitting(tmp_path, gpu_mib: str = "", alone_peak: float | None = None,
     (root / "benchmarks" / "engine_step").mkdir(parents=True)
     shutil.copy(BENCH / "engine_step_share.sh", root / "benchmarks")
     shutil.copy(STEP / "sitting.sh", root / "benchmarks" / "engine_step")
-    if alone_peak is not None:
-        (root / "benchmarks" / "engine_step" / "alone").mkdir()
-        (root / "benchmarks" / "engine_step" / "alone" / "gpu_memory.csv").write_text(
-            f'"peak GPU memory, GiB",random_seed0\n"run, all processes (sum at one time)",'
-            f"{alone_peak}\n")
+    for name, peak in (("alone", alone_peak), ("fused", fused_peak)):
+        if peak is not None:
+            (root / "benchmarks" / "engine_step" / name).mkdir()
+            (root / "benchmarks" / "engine_step" / name / "gpu_memory.csv").write_text(
+                f'"peak GPU memory, GiB",random_seed0\n"run, all processes (sum at one time)",'
+                f"{peak}\n")
     bin_dir, log = tmp_path / "bin", tmp_path / "calls.txt"
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\necho {gpu_mib}\n")
@@ -569,7 +575,7 @@ def test_the_sharing_sitting_runs_alone_fused_then_three_then_two_with_the_alloc
                                              for seed in range(n)]
     assert calls[6][2].startswith(_bench_call(runs, anchor, "none") + " --labels alone")
     assert calls[6][2].endswith("--out benchmarks/bench_engine_step_share.md")
-    assert done.stdout.count("no GPU memory figure") == 2
+    assert done.stderr.count("no GPU memory figure") == 2
 
 
 def test_the_sharing_sitting_refuses_what_the_gpu_cannot_hold_and_goes_on_past_a_failure(
@@ -590,6 +596,32 @@ def test_the_sharing_sitting_refuses_what_the_gpu_cannot_hold_and_goes_on_past_a
     runs = [f"{step}/alone/random_seed0", f"{step}/pair/random_seed0", f"{step}/pair/random_seed1"]
     assert calls[4][2].startswith(_bench_call(runs, f"{step}/anchor_share.json", "none"))
     assert len(calls) == 5
+
+
+def test_where_the_run_alone_does_not_fit_twice_the_fused_kernels_settings_run_as_the_pair(
+        tmp_path):
+    """An 80 GiB GPU (81,559 MiB), the run alone at 40.5 GiB and the fused kernels' run at
+    35.0: three at once are refused with both peaks named; the pair runs the fused settings
+    (spec_pair_fused.yaml), and the page holds the run alone, the fused run and the pair."""
+    done, calls = _share_sitting(tmp_path, gpu_mib="81559", alone_peak=40.5, fused_peak=35.0)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "engine_step_share.sh: 3 runs at once: the folder's runs peaked at 40.5 GiB each and "
+        "this GPU has 79.6 GiB: 3 at once would not fit (the fused kernels' run: the folder's "
+        "runs peaked at 35.0 GiB each and this GPU has 79.6 GiB: 3 at once would not fit)"]
+    assert done.stdout.splitlines() == [
+        "engine_step_share.sh: 2 runs at once of the run alone's settings: the folder's runs "
+        "peaked at 40.5 GiB each and this GPU has 79.6 GiB: 2 at once would not fit; the fused "
+        "kernels' settings run instead"]
+    step = SHARE_STEP
+    assert [cmd for _, _, cmd in calls[4:5]] == [
+        f"-m mathagent experiment {step}/spec_pair_fused.yaml --parallel 2"]
+    runs = [f"{step}/alone/random_seed0", f"{step}/fused/random_seed0",
+            f"{step}/pair_fused/random_seed0", f"{step}/pair_fused/random_seed1"]
+    assert calls[5][2] == (_bench_call(runs, f"{step}/anchor_share.json", "none")
+                           + " --labels alone fused kernels pair, fused kernels, seed 0 "
+                           "pair, fused kernels, seed 1 --out benchmarks/bench_engine_step_share.md")
+    assert len(calls) == 6
 
 
 def test_the_fused_kernels_settings_reach_the_verl_config_trinity_builds(tmp_path):
