@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
+
 PATHS = ("logits", "fused")
 CHUNK = 512  # verl's FusedLinearForPPO default
 

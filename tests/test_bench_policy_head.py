@@ -65,3 +65,15 @@ def test_without_a_gpu_cuda_is_refused_in_one_line(head):
         head.main([])
     assert str(stop.value) == ("bench_policy_head.py: no CUDA GPU here (--device cpu runs it on "
                                "the CPU)")
+
+
+def test_the_committed_page_is_what_the_committed_measurement_gives(head):
+    """bench_policy_head.md, as bench_policy_head.py --page wrote it from the JSON it wrote
+    beside it (engine_step/policy_head.json); both paths measured at each size on the GPU."""
+    results = json.loads((BENCH / "engine_step" / "policy_head.json").read_text())
+    assert head.page(results) == (BENCH / "bench_policy_head.md").read_text()
+    assert results["vocabulary"] == 151936 and results["hidden"] == 896
+    assert [(r["micro_batch"], r["pass"].split()[0]) for r in results["rows"]] == [
+        (8, "log-prob"), (8, "update"), (16, "log-prob"), (16, "update")]
+    for row in results["rows"]:
+        assert row["logits_peak_gib"] > 0 and row["fused_peak_gib"] > 0
