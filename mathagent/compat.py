@@ -27,6 +27,8 @@ The fixes:
   no wheel. The fix falls back to verl's own pure-torch copies of the same four functions
   (``verl.utils.npu_flash_attn_utils``) when flash-attn is not importable; where it is, verl's
   code runs unchanged.
+* ``verl-fused-head-fsdp2``: verl 0.8.0's fused policy head reads an untied ``lm_head.weight``
+  that FSDP2 keeps sharded; on one device it gets the full weight (:mod:`mathagent.fused_head`).
 * ``trinity-early-explorer`` (a start-up lever, only with ``MATHAGENT_EARLY_EXPLORER=1``):
   Trinity-RFT 0.6.0's launcher (modes ``both``, ``colocate``) asks the explorer to ``prepare()``
   (vLLM, its runners, the step-0 evaluation) only once the trainer's actor is made too, though
@@ -71,7 +73,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from mathagent import batched_logprobs, eval_bootstrap, runner_slots, step_profile
+from mathagent import batched_logprobs, eval_bootstrap, fused_head, runner_slots, step_profile
 from mathagent.batched_logprobs import BATCHED_LOGPROBS_ENV
 from mathagent.eval_bootstrap import FAST_BOOTSTRAP_ENV
 from mathagent.runner_slots import SLOTS_ENV, slots_problem
@@ -415,6 +417,12 @@ FIXES: tuple[Fix, ...] = (
         summary="fall back to verl.utils.npu_flash_attn_utils when flash-attn is missing",
         module="verl.utils.attention_utils", apply=_apply_verl_bert_padding,
         condition=_flash_attn_missing),
+    Fix(name="verl-fused-head-fsdp2", package="verl", versions=("0.8.0",),
+        upstream="verl 0.8.0 models/transformers/dense_common.py forward_with_torch_backend reads "
+                 "lm_head.weight, a sharded DTensor when FSDP2 wraps an untied lm_head on its own",
+        summary="the fused head gets the whole output weight on one device (mathagent.fused_head)",
+        module="verl.utils.experimental.torch_functional", apply=lambda: fused_head.install(
+            importlib.import_module("verl.utils.experimental.torch_functional"))),
     Fix(name="trinity-early-explorer", package="trinity-rft", versions=("0.6.0",),
         upstream="Trinity-RFT 0.6.0 cli/launcher.py both(): the explorer's prepare() waits "
                  "for the trainer's actor",

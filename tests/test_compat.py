@@ -130,6 +130,7 @@ def test_other_versions_and_missing_packages_are_skipped_untouched():
     for case in ("missing", "absent"):
         assert out[case] == {"trinity-colocate": ["skipped", "trinity-rft is not installed"],
                              "verl-bert-padding": ["skipped", "verl is not installed"],
+                             "verl-fused-head-fsdp2": ["skipped", "verl is not installed"],
                              "trinity-early-explorer": ["skipped",
                                                         "trinity-rft is not installed"],
                              "trinity-ipc-sync": ["skipped", "trinity-rft is not installed"],
