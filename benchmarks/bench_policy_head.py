@@ -35,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 PATHS = ("logits", "fused")
 CHUNK = 512  # verl's FusedLinearForPPO default
+REPEATS = 3  # timed calls of each path and size, after one warm-up
+QWEN_HIDDEN, QWEN_VOCABULARY = 896, 151936  # Qwen2.5-0.5B's head
 
 
 def head(path: str, hidden, weights, labels):
@@ -51,7 +53,7 @@ def head(path: str, hidden, weights, labels):
     return logprobs_in_blocks(logits, labels), entropy_from_logits(logits)
 
 
-def measure(path: str, tokens: int, grad: bool, args, repeats: int = 3) -> dict:
+def measure(path: str, tokens: int, grad: bool, args, repeats: int = REPEATS) -> dict:
     """Median seconds and the peak memory beyond the inputs of ``path`` on ``tokens`` tokens."""
     import torch
 
@@ -127,12 +129,13 @@ def page(results: dict) -> str:
         "",
         f"Written by `python benchmarks/bench_policy_head.py` on {results.get('gpu', results['device'])}: "
         f"a policy head of hidden size {results['hidden']} and vocabulary "
-        f"{results['vocabulary']:,} (Qwen2.5-0.5B's: 896 and 151,936), bfloat16, random, on one "
+        f"{results['vocabulary']:,} (Qwen2.5-0.5B's: {QWEN_HIDDEN} and {QWEN_VOCABULARY:,}), "
+        "bfloat16, random, on one "
         "micro-batch of "
         f"{results['sequence_tokens']}-token sequences, padding removed. `logits`: every "
         "token's logits, log-probabilities in blocks (`MATHAGENT_BATCHED_LOGPROBS`) and verl's "
         f"`entropy_from_logits`; `fused`: verl's `FusedLinearForPPO`, {results['chunk']} tokens "
-        "at a time. Seconds are medians of three after a warm-up; peaks are beyond the inputs "
+        f"at a time. Seconds are medians of {REPEATS} calls after a warm-up; peaks are beyond the inputs "
         "(hidden states, weights, labels). The `logits` path's log-probabilities come out in "
         "bfloat16, the fused path's in float32: their difference is mostly that rounding.",
         "",
@@ -156,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-batches", type=int, nargs="+", default=[8, 16],
                         help="sequences a micro-batch (default 8 16: the update's and the "
                              "log-prob passes' of the 60-step spec)")
-    parser.add_argument("--vocabulary", type=int, default=151936)
-    parser.add_argument("--hidden", type=int, default=896)
+    parser.add_argument("--vocabulary", type=int, default=QWEN_VOCABULARY)
+    parser.add_argument("--hidden", type=int, default=QWEN_HIDDEN)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     parser.add_argument("--page", type=Path, help="write the Markdown page here")

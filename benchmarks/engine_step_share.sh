@@ -20,7 +20,8 @@
 # 6. benchmarks/bench_engine_step.py --levers none on the run alone (and the fused run where a
 #    side ran its settings) and the runs of each side that ran to its end (a side that was
 #    refused or failed is left out, and the sitting ends in failure): each phase and each run's
-#    peak GPU memory.
+#    peak GPU memory. Its ratios are against the first run, the run alone: a fused side's
+#    against the fused run are those two columns of the same table.
 #
 # Every run has PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in its environment (torch's
 # variable, from this script; the levers come from the specs only). Writes
@@ -65,7 +66,11 @@ RUNS=("$DIR/alone/random_seed0"); LABELS=(alone); FUSED_LISTED=0
 for side in triple pair; do
   n=$([ $side = triple ] && echo 3 || echo 2)
   spec=$side; why=$(blocker alone "$n") || { FAILED=1; continue; }
-  if [ -n "$why" ] && [ $FUSED_OK = 1 ]; then
+  if [ -n "$why" ] && [ $FUSED_OK = 0 ]; then
+    why="$why (the fused kernels' run did not finish)"
+  elif [ -n "$why" ] && [ ! -f "$DIR/fused/gpu_memory.csv" ]; then
+    why="$why (the fused kernels' run has no peak memory figure)"
+  elif [ -n "$why" ]; then
     fused_why=$(blocker fused "$n") || { FAILED=1; continue; }
     if [ -z "$fused_why" ]; then
       echo "engine_step_share.sh: $n runs at once of the run alone's settings: $why; the fused kernels' settings run instead"

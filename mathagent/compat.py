@@ -420,7 +420,7 @@ FIXES: tuple[Fix, ...] = (
     Fix(name="verl-fused-head-fsdp2", package="verl", versions=("0.8.0",),
         upstream="verl 0.8.0 models/transformers/dense_common.py forward_with_torch_backend reads "
                  "lm_head.weight, a sharded DTensor when FSDP2 wraps an untied lm_head on its own",
-        summary="the fused head gets the whole output weight on one device (mathagent.fused_head)",
+        summary="the fused head (torch backend) gets the whole output weight on one device",
         module="verl.utils.experimental.torch_functional", apply=lambda: fused_head.install(
             importlib.import_module("verl.utils.experimental.torch_functional"))),
     Fix(name="trinity-early-explorer", package="trinity-rft", versions=("0.6.0",),

@@ -589,7 +589,7 @@ def test_the_sharing_sitting_refuses_what_the_gpu_cannot_hold_and_goes_on_past_a
     assert done.stderr.splitlines() == [
         "engine_step_share.sh: the run with the fused kernels failed (its log is named above)",
         "engine_step_share.sh: 3 runs at once: the folder's runs peaked at 40.5 GiB each and "
-        "this GPU has 97.7 GiB: 3 at once would not fit"]
+        "this GPU has 97.7 GiB: 3 at once would not fit (the fused kernels' run did not finish)"]
     step = SHARE_STEP
     assert [cmd.split()[-1] for _, _, cmd in calls[1:4]] == [
         f"{step}/spec_alone.yaml", f"{step}/spec_fused.yaml", "2"]
@@ -622,6 +622,17 @@ def test_where_the_run_alone_does_not_fit_twice_the_fused_kernels_settings_run_a
                            + " --labels alone fused kernels pair, fused kernels, seed 0 "
                            "pair, fused kernels, seed 1 --out benchmarks/bench_engine_step_share.md")
     assert len(calls) == 6
+
+
+def test_a_fused_run_without_a_peak_figure_runs_no_side_unchecked(tmp_path):
+    """The run alone at 40.5 GiB on an 80 GiB GPU and a fused run that finished without a
+    gpu_memory.csv: neither side runs, each refused in one line that says why."""
+    done, calls = _share_sitting(tmp_path, gpu_mib="81559", alone_peak=40.5)
+    assert done.returncode == 1
+    assert [line.split(": ")[-1] for line in done.stderr.splitlines()] == [
+        "3 at once would not fit (the fused kernels' run has no peak memory figure)",
+        "2 at once would not fit (the fused kernels' run has no peak memory figure)"]
+    assert not any("experiment" in cmd and "--parallel" in cmd for _, _, cmd in calls)
 
 
 def test_the_fused_kernels_settings_reach_the_verl_config_trinity_builds(tmp_path):
