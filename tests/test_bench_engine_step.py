@@ -10,6 +10,7 @@ import shutil
 import statistics
 
 import pytest
+from bench_scripts import load_script
 
 from mathagent import paths
 
@@ -23,11 +24,7 @@ ARGS = [str(STEP / "base" / "random_seed0"), str(STEP / "fast" / "random_seed0")
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_engine_step",
-                                                  BENCH / "bench_engine_step.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH / "bench_engine_step.py")
 
 
 def _tables(text: str) -> list[str]:
@@ -119,9 +116,7 @@ def test_the_anchor_without_a_gpu_says_so_in_one_line(tmp_path, capsys):
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is here: the anchor would measure it")
-    spec = importlib.util.spec_from_file_location("engine_anchor", BENCH / "engine_anchor.py")
-    anchor = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(anchor)
+    anchor = load_script(BENCH / "engine_anchor.py")
     assert anchor.main(["--out", str(tmp_path / "a.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: engine_anchor.py measures a CUDA GPU; torch sees none here"]

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
+from bench_scripts import load_script
 
 from mathagent import paths
 
@@ -15,11 +15,7 @@ BENCH = paths.REPO_ROOT / "benchmarks"
 
 @pytest.fixture(scope="module")
 def head():
-    spec = importlib.util.spec_from_file_location("bench_policy_head",
-                                                  BENCH / "bench_policy_head.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH / "bench_policy_head.py")
 
 
 def test_both_paths_run_agree_and_fill_one_row_a_pass(head, tmp_path, capsys):

@@ -4,17 +4,14 @@ every notebook ends with a summary, its exercises and a cell calling their check
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
+from bench_scripts import load_script
 
 from mathagent import paths
 
-spec = importlib.util.spec_from_file_location(
-    "notebook_counts", paths.REPO_ROOT / "benchmarks" / "notebook_counts.py")
-counts = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(counts)
+counts = load_script(paths.REPO_ROOT / "benchmarks" / "notebook_counts.py")
 
 NOTEBOOKS = sorted((paths.REPO_ROOT / "notebooks").glob("0*.ipynb"))
 
