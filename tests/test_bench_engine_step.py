@@ -619,6 +619,22 @@ def test_where_the_run_alone_does_not_fit_twice_the_fused_kernels_settings_run_a
     assert len(calls) == 6
 
 
+def test_where_both_sides_run_the_fused_settings_the_fused_run_is_listed_once(tmp_path):
+    """An 80 GiB GPU, the run alone at 40.5 GiB and the fused run at 25.0: the triple and the
+    pair both run the fused settings, and the page lists the fused run once, before them."""
+    done, calls = _share_sitting(tmp_path, gpu_mib="81559", alone_peak=40.5, fused_peak=25.0)
+    assert done.returncode == 0, done.stderr
+    step = SHARE_STEP
+    assert [cmd.split(" ", 3)[-1] for _, _, cmd in calls[4:6]] == [
+        f"{step}/spec_triple_fused.yaml --parallel 3", f"{step}/spec_pair_fused.yaml --parallel 2"]
+    runs = ([f"{step}/alone/random_seed0", f"{step}/fused/random_seed0"]
+            + [f"{step}/triple_fused/random_seed{seed}" for seed in range(3)]
+            + [f"{step}/pair_fused/random_seed{seed}" for seed in range(2)])
+    assert calls[6][2].startswith(_bench_call(runs, f"{step}/anchor_share.json", "none")
+                                  + " --labels alone fused kernels triple, fused kernels, seed 0")
+    assert len(calls) == 7
+
+
 def test_a_fused_run_without_a_peak_figure_runs_no_side_unchecked(tmp_path):
     """The run alone at 40.5 GiB on an 80 GiB GPU and a fused run that finished without a
     gpu_memory.csv: neither side runs, each refused in one line that says why."""
