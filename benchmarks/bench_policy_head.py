@@ -127,16 +127,15 @@ def page(results: dict) -> str:
     lines = [
         "# The policy's head, with and without verl's fused kernels",
         "",
-        f"Written by `python benchmarks/bench_policy_head.py` on {results.get('gpu', results['device'])}: "
-        f"a policy head of hidden size {results['hidden']} and vocabulary "
-        f"{results['vocabulary']:,} (Qwen2.5-0.5B's: {QWEN_HIDDEN} and {QWEN_VOCABULARY:,}), "
-        "bfloat16, random, on one "
-        "micro-batch of "
+        f"Written by `python benchmarks/bench_policy_head.py` on "
+        f"{results.get('gpu', results['device'])}: a policy head of hidden size "
+        f"{results['hidden']} and vocabulary {results['vocabulary']:,} (Qwen2.5-0.5B's: "
+        f"{QWEN_HIDDEN} and {QWEN_VOCABULARY:,}), bfloat16, random, on one micro-batch of "
         f"{results['sequence_tokens']}-token sequences, padding removed. `logits`: every "
         "token's logits, log-probabilities in blocks (`MATHAGENT_BATCHED_LOGPROBS`) and verl's "
         f"`entropy_from_logits`; `fused`: verl's `FusedLinearForPPO`, {results['chunk']} tokens "
-        f"at a time. Seconds are medians of {REPEATS} calls after a warm-up; peaks are beyond the inputs "
-        "(hidden states, weights, labels). The `logits` path's log-probabilities come out in "
+        f"at a time. Seconds are medians of {REPEATS} calls after a warm-up; peaks are beyond "
+        "the inputs (hidden states, weights, labels). The `logits` path's log-probabilities come out in "
         "bfloat16, the fused path's in float32: their difference is mostly that rounding.",
         "",
         "| micro-batch | tokens | pass | logits, s | fused, s | logits, peak GiB | "
