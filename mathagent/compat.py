@@ -29,11 +29,10 @@ The fixes:
   code runs unchanged.
 * ``verl-fused-head-fsdp2``: verl 0.8.0's fused policy head reads an untied ``lm_head.weight``
   that FSDP2 keeps sharded; on one device it gets the full weight (:mod:`mathagent.fused_head`).
-* ``trinity-early-explorer`` (a start-up lever, only with ``MATHAGENT_EARLY_EXPLORER=1``):
-  Trinity-RFT 0.6.0's launcher (modes ``both``, ``colocate``) asks the explorer to ``prepare()``
-  (vLLM, its runners, the step-0 evaluation) only once the trainer's actor is made too, though
-  ``prepare()`` needs nothing of it; with the lever ``prepare()`` runs as soon as the explorer's
-  actor is made, beside the trainer's constructor. Everything else is unchanged.
+* ``trinity-early-explorer`` and ``trinity-early-runners`` (start-up levers, only with
+  ``MATHAGENT_EARLY_EXPLORER=1`` and ``MATHAGENT_EARLY_RUNNERS=1``): the explorer prepared
+  beside the trainer's constructor, and its rollout coordinator and workflow runners made
+  beside vLLM's start (:mod:`mathagent.early_start`). Everything else is unchanged.
 * ``trinity-ipc-sync`` (a speed lever, on unless ``MATHAGENT_IPC_SYNC=0``): Trinity-RFT 0.6.0
   syncs a colocated trainer's weights to vLLM through the CPU in float32; the lever sends CUDA
   IPC handles of bfloat16 copies instead (:mod:`mathagent.ipc_weights`), on one GPU only. It
@@ -73,8 +72,16 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from mathagent import batched_logprobs, eval_bootstrap, fused_head, runner_slots, step_profile
+from mathagent import (
+    batched_logprobs,
+    early_start,
+    eval_bootstrap,
+    fused_head,
+    runner_slots,
+    step_profile,
+)
 from mathagent.batched_logprobs import BATCHED_LOGPROBS_ENV
+from mathagent.early_start import EARLY_EXPLORER_ENV, EARLY_RUNNERS_ENV
 from mathagent.eval_bootstrap import FAST_BOOTSTRAP_ENV
 from mathagent.runner_slots import SLOTS_ENV, slots_problem
 from mathagent.step_profile import PROFILE_ENV
@@ -215,83 +222,6 @@ def _apply_verl_bert_padding() -> bool:
 
 
 # --------------------------------------------------------------------------------------
-# trinity-rft 0.6.0: the explorer's prepare() waits for the trainer's actor (start-up lever)
-# --------------------------------------------------------------------------------------
-
-#: Set to 1 to apply ``trinity-early-explorer`` in ``train``.
-EARLY_EXPLORER_ENV = "MATHAGENT_EARLY_EXPLORER"
-
-
-def _early_explorer_unwanted() -> str | None:
-    if os.environ.get(EARLY_EXPLORER_ENV) != "1":
-        return f"a start-up lever, applied only with {EARLY_EXPLORER_ENV}=1"
-    return None
-
-
-class _Submitted:
-    """Stands for an actor method whose call was already submitted: ``remote()`` returns it."""
-
-    def __init__(self, ref) -> None:
-        self._ref = ref
-
-    def remote(self):
-        return self._ref
-
-
-class _PreparedEarly:
-    """An explorer actor handle whose ``prepare()`` was submitted when the handle was made.
-
-    Ray runs an actor's calls once its constructor has returned, so ``prepare()`` starts as
-    soon as the explorer exists, whatever the caller waits for in between. ``prepare.remote()``
-    returns that first call's result; every other attribute is the handle's own.
-    """
-
-    def __init__(self, handle) -> None:
-        self._handle = handle
-        self._prepared = handle.prepare.remote()
-
-    def __getattr__(self, name: str):
-        if name == "prepare":
-            return _Submitted(self._prepared)
-        return getattr(self._handle, name)
-
-
-def _apply_trinity_early_explorer() -> bool:
-    from trinity.cli import launcher
-
-    original = launcher.both
-
-    def both(config):
-        # the explorer class both() imports, looked up now (so also a stand-in put there)
-        from trinity.explorer import explorer as explorer_module
-
-        cls = explorer_module.Explorer
-        own = cls.__dict__.get("get_actor")
-        make = cls.get_actor  # bound to the class
-
-        def get_actor(klass, actor_config):
-            return _PreparedEarly(make(actor_config))
-
-        cls.get_actor = classmethod(get_actor)
-        try:
-            return original(config)
-        finally:
-            if own is None:
-                del cls.get_actor
-            else:
-                cls.get_actor = own
-
-    both.__doc__ = original.__doc__
-    if not _replace(launcher, "both", both):
-        return False
-    # run_stage() finds the stage function in MODE_MAP, which holds the original
-    for mode, stage in list(launcher.MODE_MAP.items()):
-        if stage is original:
-            launcher.MODE_MAP[mode] = launcher.both
-    return True
-
-
-# --------------------------------------------------------------------------------------
 # trinity-rft 0.6.0: colocated weight sync through the CPU (a speed lever)
 # --------------------------------------------------------------------------------------
 
@@ -383,8 +313,8 @@ def varlen_attention_misfit() -> str | None:
 
 
 #: The environment variables that turn the levers on; ``train`` passes them to every Ray worker.
-LEVER_ENVS = (EARLY_EXPLORER_ENV, IPC_SYNC_ENV, VARLEN_ATTN_ENV, SLOTS_ENV, PROFILE_ENV,
-              BATCHED_LOGPROBS_ENV, FAST_BOOTSTRAP_ENV)
+LEVER_ENVS = (EARLY_EXPLORER_ENV, EARLY_RUNNERS_ENV, IPC_SYNC_ENV, VARLEN_ATTN_ENV, SLOTS_ENV,
+              PROFILE_ENV, BATCHED_LOGPROBS_ENV, FAST_BOOTSTRAP_ENV)
 
 
 def lever_problem(name: str, value: str | None) -> str | None:
@@ -427,8 +357,28 @@ FIXES: tuple[Fix, ...] = (
         upstream="Trinity-RFT 0.6.0 cli/launcher.py both(): the explorer's prepare() waits "
                  "for the trainer's actor",
         summary="start-up lever: the explorer's prepare() starts as soon as its actor is made",
-        module="trinity.cli.launcher", apply=_apply_trinity_early_explorer,
-        condition=_early_explorer_unwanted),
+        module="trinity.cli.launcher",
+        apply=lambda: early_start.install_early_explorer(
+            importlib.import_module("trinity.cli.launcher")),
+        condition=early_start.early_explorer_unwanted),
+    Fix(name="trinity-early-runners", package="trinity-rft", versions=("0.6.0",),
+        upstream="Trinity-RFT 0.6.0 explorer/explorer.py Explorer.prepare: the rollout "
+                 "coordinator and its workflow runners made only once every model is ready",
+        summary="start-up lever: the coordinator and its runners made beside vLLM's start "
+                "(mathagent.early_start)",
+        module="trinity.explorer.explorer",
+        apply=lambda: early_start.install_early_runners(
+            importlib.import_module("trinity.explorer.explorer")),
+        condition=early_start.early_runners_unwanted),
+    Fix(name="trinity-early-runners-wait", package="trinity-rft", versions=("0.6.0",),
+        upstream="Trinity-RFT 0.6.0 common/models/model.py ModelWrapper.prepare: a model not "
+                 "yet ready refuses its server's address",
+        summary="start-up lever: a workflow runner made early waits for its model "
+                "(mathagent.early_start)",
+        module="trinity.common.models.model",
+        apply=lambda: early_start.install_model_wait(
+            importlib.import_module("trinity.common.models.model")),
+        condition=early_start.early_runners_unwanted),
     Fix(name="trinity-ipc-sync", package="trinity-rft", versions=("0.6.0",),
         upstream="Trinity-RFT 0.6.0 trainer/verl/fsdp_engine.py fsdp_upload_state_dict: "
                  "colocated weights travel through the CPU in float32",

@@ -133,6 +133,10 @@ def test_other_versions_and_missing_packages_are_skipped_untouched():
                              "verl-fused-head-fsdp2": ["skipped", "verl is not installed"],
                              "trinity-early-explorer": ["skipped",
                                                         "trinity-rft is not installed"],
+                             "trinity-early-runners": ["skipped",
+                                                       "trinity-rft is not installed"],
+                             "trinity-early-runners-wait": ["skipped",
+                                                            "trinity-rft is not installed"],
                              "trinity-ipc-sync": ["skipped", "trinity-rft is not installed"],
                              "transformers-varlen-attention": ["skipped",
                                                                "transformers is not installed"],
@@ -231,6 +235,20 @@ def test_early_explorer_is_off_unless_asked_for(monkeypatch):
     monkeypatch.setenv(compat.EARLY_EXPLORER_ENV, "1")
     assert compat._gate(lever, {"trinity-rft": "0.6.0"}) is None
     assert compat._gate(lever, {"trinity-rft": "0.6.1"}).status == "skipped"
+
+
+@pytest.mark.parametrize("name", ["trinity-early-runners", "trinity-early-runners-wait"])
+def test_early_runners_is_off_unless_asked_for(monkeypatch, name):
+    monkeypatch.delenv(compat.EARLY_RUNNERS_ENV, raising=False)
+    lever = fix_named(name)
+    result = compat._gate(lever, {"trinity-rft": "0.6.0"})
+    assert result.status == "skipped"
+    assert result.reason == "a start-up lever, applied only with MATHAGENT_EARLY_RUNNERS=1"
+    monkeypatch.setenv(compat.EARLY_RUNNERS_ENV, "1")
+    assert compat._gate(lever, {"trinity-rft": "0.6.0"}) is None
+    assert compat._gate(lever, {"trinity-rft": "0.6.1"}).status == "skipped"
+    assert compat.lever_problem(compat.EARLY_RUNNERS_ENV, "2") == (
+        "MATHAGENT_EARLY_RUNNERS='2' is neither 0 (off) nor 1 (on)")
 
 
 def test_levers_set_names_the_lever_variables_of_the_environment_and_no_other(monkeypatch):
