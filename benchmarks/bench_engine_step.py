@@ -72,6 +72,10 @@ ALLOC_ENV = "PYTORCH_CUDA_ALLOC_CONF"
 #: The trainer's allocator beyond its tensors' peak: memory it held that no tensor used at once
 HELD_BEYOND = "trainer allocator beyond its tensors' peak, GiB (max reserved less max allocated)"
 STARTUP = ("all workflow runners ready", "step 1 starts")
+#: vLLM's torch.compile at start, and whether it loaded its graphs from its compile cache (kept
+#: between the runs of a machine: mathagent.experiment.vllm_cache) rather than compiling them
+COMPILE_ROW = "start-up: vLLM's torch.compile, s"
+CACHE_ROW = "start-up: vLLM's graphs loaded from its compile cache (1 yes, 0 compiled)"
 #: The start-up the goal is set on: to step 1, or to the step-0 evaluation where a run has one
 #: (that evaluation comes before step 1 and is no part of the start-up)
 START_GOAL = "start-up: step 1, or the step-0 evaluation where there is one, min"
@@ -211,6 +215,10 @@ def run_column(folder: Path) -> pd.Series:
     eval_start = float(timings["startup_min"].get("step-0 evaluation starts", math.nan))
     out[START_GOAL] = (out["start-up: step 1 starts, min"] if math.isnan(eval_start)
                        else eval_start)
+    compiled = timings.get("vllm_compile") or {}   # runs laid out before it was read: none
+    if compiled:
+        out[COMPILE_ROW] = float(compiled["seconds"])
+        out[CACHE_ROW] = float(compiled["from cache"])
     for role, gib in timings["gpu_memory_gib"].items():
         out[f"peak GPU memory: {role}, GiB"] = float(gib)
     for name, tag in MEMORY_TAGS:

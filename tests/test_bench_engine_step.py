@@ -662,3 +662,26 @@ def test_the_fused_kernels_settings_reach_the_verl_config_trinity_builds(tmp_pat
         assert model.use_fused_kernels is fused
         assert (model.fused_kernel_options or {}).get("impl_backend") == ("torch" if fused
                                                                           else None)
+
+
+def test_vllms_compile_rows_come_from_the_runs_that_read_it(bench, tmp_path):
+    """A run laid out with ``vllm_compile`` in its timings (seconds, loaded from the cache or
+    compiled) gets the two rows; a run laid out before has blank cells there, and a table of
+    such runs alone has no such rows (the committed pages)."""
+    runs = []
+    for name, compiled in (("cold", {"seconds": 17.72, "from cache": False}),
+                           ("warm", {"seconds": 2.48, "from cache": True}), ("old", None)):
+        run = tmp_path / name / "random_seed0"
+        shutil.copytree(STEP / "levers" / "random_seed0", run)
+        timings = json.loads((run / "timings.json").read_text())
+        timings.pop("vllm_compile", None)
+        if compiled:
+            timings["vllm_compile"] = compiled
+        (run / "timings.json").write_text(json.dumps(timings))
+        runs.append(run)
+    anchor = json.loads((STEP / "anchor_levers.json").read_text())
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:5]]
+            for line in bench.table(runs, ["cold", "warm", "old"], anchor, "none").splitlines()
+            if line.startswith("| start-up: vLLM")}
+    assert rows == {bench.COMPILE_ROW: ["17.72", "2.48", ""], bench.CACHE_ROW: ["0.00", "1.00", ""]}
+    assert bench.COMPILE_ROW not in bench.table(runs[2:], ["old"], anchor, "none")

@@ -94,10 +94,11 @@ def test_the_60_step_spec_plans_the_longer_runs_with_the_fast_settings(tmp_path)
     # the levers reach every run's head and `train` (so every Ray worker of the run)
     from mathagent.experiment.runner import run_env
 
-    env = run_env(run, tmp_path, tmp_path / "model")
+    env = run_env(run, tmp_path, tmp_path / "model", tmp_path / "cache")
     assert env["MATHAGENT_VARLEN_ATTN"] == "1" and env["MATHAGENT_RUNNER_SLOTS"] == "4"
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "cache")
     assert "MATHAGENT_VARLEN_ATTN" not in run_env(load_spec(SHORT).runs()[0], tmp_path,
-                                                   tmp_path / "model")
+                                                   tmp_path / "model", tmp_path / "cache")
     # and the plan says so
     from mathagent.experiment.commands import print_plan
     from mathagent.experiment.schedule import schedules

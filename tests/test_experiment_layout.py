@@ -66,6 +66,8 @@ def test_a_committed_run_lays_out_as_it_was_committed(tmp_path):
     timings = json.loads((dest / "timings.json").read_text())
     assert timings["startup_min"] == pytest.approx(committed["startup_min"], nan_ok=True)
     assert timings["whole_step_s"] == committed["whole_step_s"]
+    # its excerpt: "torch.compile took 16.71 s in total", and no graph loaded from the cache
+    assert timings["vllm_compile"] == {"seconds": 16.71, "from cache": False}
     pd.testing.assert_frame_equal(results.read_run(dest).drop(columns="run"),
                                   results.read_run(QWEN_RUN).drop(columns="run"))
     for name in ("params.json", "launched_config.yaml", "explorer_meta.json",

@@ -55,6 +55,7 @@ STAND_IN = textwrap.dedent('''
     (job / "global_step_2").mkdir()
     (job / "global_step_2" / "model.bin").write_bytes(b"0" * 1000)
     stamp = lambda: time.strftime("%m-%d %H:%M:%S")
+    print(f"vLLM compile cache: {os.environ['VLLM_CACHE_ROOT']}", flush=True)
     print(f"(Explorer pid=1) INFO {stamp()} [explorer.py:1] Explore step 1 started.", flush=True)
     if os.path.exists(fail):
         print(f"(Explorer pid=1) ERROR {stamp()} [explorer.py:9] Error in Explorer: boom", flush=True)
@@ -82,6 +83,7 @@ def experiment(tmp_path, monkeypatch):
         sys.executable, str(script), address, run.name, str(COMMITTED),
         str(fail) if run.arm == "bots" else str(tmp_path / "never")])
     monkeypatch.setattr(runner, "FAILED_GRACE", 2.0)
+    monkeypatch.setenv("MATHAGENT_RUNS", str(tmp_path / "runs"))   # vLLM's cache slots there
     monkeypatch.setattr("mathagent.experiment.commands.POLL_SECONDS", 0.5)
     monkeypatch.setattr(runner.CpuMonitor, "INTERVAL", 0.2)
     reports = []
@@ -138,6 +140,11 @@ def test_runs_laid_out_a_failed_one_started_again_and_finished_ones_skipped(expe
     assert len(heads) == 2   # a head of its own per run
     assert json.loads((e.work / "bots_seed0" / "state.json").read_text())["stage"] == "failed"
     assert not list((e.work / "random_seed0").rglob("global_step_*"))
+    # one run after the other: both in vLLM's first cache slot, which the second found free
+    slot0 = e.work.parent / "runs" / "vllm_cache" / "slot0"
+    for name in ("random_seed0", "bots_seed0"):
+        assert json.loads((e.work / name / "state.json").read_text())["vllm_cache"] == str(slot0)
+        assert f"vLLM compile cache: {slot0}\n" in (e.work / name / "train.log").read_text()
     assert (e.out / "phase_times.csv").is_file() and not (e.out / "bots_seed0").exists()
     # the CPU monitor saw the stand-in keep a core busy through its evaluation
     cores = json.loads((e.out / "random_seed0" / "timings.json").read_text())["cpu_cores"]

@@ -5,7 +5,8 @@ gigabytes: the TensorBoard event files (``monitor/``), ``params.json`` (``train`
 run), the config handed to ``tune()`` (``launched_config.yaml``), Trinity's meta files, a log
 excerpt (the launch report and the lines that mark each phase), Trinity's whole runtime
 ``Config`` as it printed it, ``timings.json`` (start-up milestones, peak GPU memory per role,
-the seconds of every step, read from the log, and, where the CPU monitor ran, the CPU cores
+the seconds of every step and of vLLM's ``torch.compile`` (compiled, or loaded from its cache),
+read from the log, and, where the CPU monitor ran, the CPU cores
 each role kept busy during the evaluations and the steps between them) and, from the run's experience buffer
 (:mod:`mathagent.experiment.buffer`), ``samples.jsonl``, ``buffer_steps.csv`` and
 ``buffer_tasks.csv``; where the run was profiled (``MATHAGENT_PROFILE_STEP``,
@@ -63,6 +64,7 @@ MILESTONES = (
 )
 EXCERPT = re.compile("|".join([
     r"compat\.py", r"Loading weights took", r"torch\.compile took", r"Graph capturing finished",
+    r"Directly load the compiled graph", r"Compiling a graph for",
     r"init engine", r"Evaluation at step \d+ started", r"Explore step \d+ started",
     r"Training at step (1|2) (started|finished)", r"Trainer finished",
     r"Explorer \(explorer\) finished", r"Error|Traceback",
@@ -117,6 +119,17 @@ def startup(log: str, t0: float) -> dict[str, float]:
         hit = next((x for x in lines if re.search(pattern, x) and stamp(x, year)), None)
         out[name] = round((stamp(hit, year) - t0) / 60, 2) if hit else float("nan")
     return out
+
+
+def vllm_compile(log: str) -> dict[str, float | bool]:
+    """vLLM's ``torch.compile`` at start: its seconds (``torch.compile took``) and whether it
+    loaded its graphs from its compile cache (``Directly load the compiled graph``) rather than
+    compiling them; empty where the log has neither (an engine without ``torch.compile``)."""
+    took = re.search(r"torch\.compile took ([\d.]+) s", log)
+    if took is None:
+        return {}
+    return {"seconds": float(took.group(1)),
+            "from cache": "Directly load the compiled graph" in log}
 
 
 def step_seconds(log: str, t0: float) -> pd.Series:
@@ -279,6 +292,7 @@ def lay_out(run: Finished, out: Path, apps: pd.DataFrame, tokenizer: Path | None
                         "train command ends": round((run.ended - run.started) / 60, 2)},
         "gpu_memory_gib": gpu_memory(apps[apps["t"] >= run.started], log, run.name),
         "whole_step_s": step_seconds(log, run.started).to_dict(),
+        "vllm_compile": vllm_compile(log),
     }
     cores = cpu_cores(cpu, log, run.name, run.started) if cpu is not None else {}
     if cores:

@@ -10,9 +10,9 @@ actors. A head starts in about 20 s, little against a run's minutes.
 
 A run works in ``WORK/<run>/``: ``train.log``, ``state.json`` (its stage and, while it goes,
 the processes it started), ``runs/`` (``train``'s records), ``ckpt/`` (Trinity's job folder:
-checkpoints, event files, the experience buffer) and ``vllm_cache/`` (vLLM's compile cache,
-one per run: runs compiling at once share no files). The environment of the head, so of every
-actor, and of ``train`` is :func:`run_env`. If this process dies, even by SIGKILL, a watchdog
+checkpoints, event files, the experience buffer); vLLM's compile cache is a folder the run
+holds while it goes, kept for the runs after it (:mod:`mathagent.experiment.vllm_cache`). The
+environment of the head, so of every actor, and of ``train`` is :func:`run_env`. If this process dies, even by SIGKILL, a watchdog
 (:func:`mathagent.reaper.reap_when_gone`) stops the run's ``train`` and head, so the GPU is
 free for the next try. Once every step is trained, :func:`mathagent.experiment.layout.lay_out`
 writes the run's folder in the results.
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mathagent import paths, results
+from mathagent.experiment import vllm_cache
 from mathagent.experiment.layout import (
     MACHINE_PID,
     MACHINE_RUN,
@@ -61,12 +62,12 @@ GPU_APPS = "gpu_apps.csv"
 CPU_SAMPLES = "cpu_samples.csv"
 
 
-def run_env(run: Run, folder: Path, model: Path) -> dict[str, str]:
+def run_env(run: Run, folder: Path, model: Path, cache: Path) -> dict[str, str]:
     """The variables of ``run``'s head and ``train`` (on top of this process's): the spec's
-    levers (its ``env``) among them."""
+    levers (its ``env``) among them, and vLLM's compile cache in ``cache``."""
     return {**RUN_ENV, **dict(run.env), RUN_LABEL: run.name, "MATHAGENT_RUNS": str(folder / "runs"),
             "TRINITY_CHECKPOINT_ROOT_DIR": str(folder / "ckpt"),
-            "TRINITY_MODEL_PATH": str(model), "VLLM_CACHE_ROOT": str(folder / "vllm_cache")}
+            "TRINITY_MODEL_PATH": str(model), "VLLM_CACHE_ROOT": str(cache)}
 
 
 def train_command(run: Run, ray_address: str) -> list[str]:
@@ -255,6 +256,7 @@ class Active:
     log: LogFollower
     progress: Progress
     started: float
+    cache: vllm_cache.Slot
     failed_at: float | None = None
     #: when its last progress line was printed (time.monotonic())
     printed_at: float = 0.0
@@ -270,11 +272,16 @@ def start(run: Run, folder: Path, model: Path, steps: int) -> Active:
     from mathagent.reaper import reap_when_gone, record
 
     folder.mkdir(parents=True)
-    env = run_env(run, folder, model)
+    cache = vllm_cache.claim()
+    env = run_env(run, folder, model, cache.folder)
     write_state(folder, stage="starting", run=run.name, config=str(run.config),
-                overrides=list(run.overrides), model=str(model))
-    head = start_ray_head(num_cpus=None, num_gpus=None, object_store_memory=4 * 1024**3,
-                          env=env)
+                overrides=list(run.overrides), model=str(model), vllm_cache=str(cache.folder))
+    try:
+        head = start_ray_head(num_cpus=None, num_gpus=None, object_store_memory=4 * 1024**3,
+                              env=env)
+    except BaseException:
+        cache.release()
+        raise
     write_state(folder, ray_address=head.address, ray_head=head.to_json())
     log = folder / "train.log"
     command = train_command(run, head.address)
@@ -291,7 +298,7 @@ def start(run: Run, folder: Path, model: Path, steps: int) -> Active:
     print(f"[{now()}] {run.name}: started ({run.config.name}, Ray head {head.address}, "
           f"log {log})", flush=True)
     return Active(run, folder, head, proc, LogFollower(log), Progress(run.name, steps), started,
-                  printed_at=time.monotonic())
+                  cache, printed_at=time.monotonic())
 
 
 def poll(active: Active) -> bool:
@@ -322,6 +329,7 @@ def stop(active: Active) -> None:
     if active.proc.poll() is None:
         stop_process_group(active.proc, grace=30)
     active.head.stop()
+    active.cache.release()
 
 
 def finish(active: Active, out: Path, work: Path, model: Path,
@@ -333,6 +341,7 @@ def finish(active: Active, out: Path, work: Path, model: Path,
     active.progress.feed(active.log.lines())
     active.progress.read_accuracy(active.folder / "ckpt")
     active.head.stop()
+    active.cache.release()
     run, progress = active.run, active.progress
     code = active.proc.returncode
     if not progress.done or progress.error:
