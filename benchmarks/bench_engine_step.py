@@ -88,7 +88,9 @@ START_GOAL = "start-up: step 1, or the step-0 evaluation where there is one, min
 #: of the same settings, set side by side (``benchmarks/engine_step_share.sh``); ``memory``:
 #: ``spec_memory_before.yaml``'s run against ``spec_memory.yaml``'s (``engine_step_memory.sh``);
 #: ``expandable``: the same before against ``spec_memory_expandable.yaml``'s; ``fused``:
-#: ``spec_alone.yaml``'s run against ``spec_fused.yaml``'s (``engine_step_share.sh``).
+#: ``spec_alone.yaml``'s run against ``spec_fused.yaml``'s (``engine_step_share.sh``);
+#: ``startup``: ``spec_startup_cold.yaml``'s run against ``spec_startup_early.yaml``'s, with
+#: ``spec_startup_warm.yaml``'s (the cache alone) between them (``engine_step_startup.sh``).
 LEVER_SETS = {
     "fast": (
         ("micro-batches of 8 for the update (2 before) and no gradient checkpointing (the "
@@ -174,6 +176,15 @@ LEVER_SETS = {
         ("the same: the reference log-prob pass", "(the same)", "trainer: reference log-probs"),
         ("the same: the actor's update", "(the same)", "trainer: actor update"),
     ),
+    "startup": (
+        ("vLLM's graphs loaded from the compile cache the first run left (kept between runs: "
+         "mathagent.experiment.vllm_cache); the second and third runs", "(no setting)",
+         COMPILE_ROW),
+        ("that, and the rollout coordinator and its workflow runners made beside vLLM's start "
+         "(mathagent.compat trinity-early-runners), the third run: the runners ready",
+         "MATHAGENT_EARLY_RUNNERS=1", "start-up: all workflow runners ready, min"),
+        ("both: the start-up the goal is set on", "(both)", START_GOAL),
+    ),
     "none": (),
 }
 #: The goals of one run alone on one GPU at 16 x 8: (row, most allowed)
@@ -253,7 +264,7 @@ def lever_and_goal_tables(frame: pd.DataFrame, levers: str = "fast") -> str:
     before, after = frame.columns[0], frame.columns[-1]
     rows = [f"| lever | setting | acts on | {before} | {after} |", "| --- " * 5 + "|"]
     for lever, setting, row in LEVER_SETS[levers]:
-        if row == EVAL_STEP0 and row not in frame.index:  # a run without a step-0 evaluation
+        if row not in frame.index:  # runs without a step-0 evaluation, or a compile line
             continue
         rows.append(f"| {lever} | `{setting}` | {row} | {_fmt(frame.at[row, before])} | "
                     f"{_fmt(frame.at[row, after])} |")

@@ -685,3 +685,121 @@ def test_vllms_compile_rows_come_from_the_runs_that_read_it(bench, tmp_path):
             if line.startswith("| start-up: vLLM")}
     assert rows == {bench.COMPILE_ROW: ["17.72", "2.48", ""], bench.CACHE_ROW: ["0.00", "1.00", ""]}
     assert bench.COMPILE_ROW not in bench.table(runs[2:], ["old"], anchor, "none")
+
+
+def test_the_start_up_specs_are_the_60_step_random_run_shortened_and_differ_only_in_the_lever():
+    """The cold and warm runs are one spec's run twice (3 steps, no evaluation), the early run
+    the same with MATHAGENT_EARLY_RUNNERS=1 and nothing else."""
+    from mathagent.experiment.schedule import schedule
+    from mathagent.results.spec import load_spec
+
+    long = load_spec(paths.CONFIGS_DIR / "experiment_qwen_60steps.yaml")
+    cold, warm, early = (load_spec(STEP / f"spec_startup_{name}.yaml")
+                         for name in ("cold", "warm", "early"))
+    for spec, name in ((cold, "cold"), (warm, "warm"), (early, "early")):
+        assert [r.name for r in spec.runs()] == ["random_seed0"]
+        assert spec.arms["random"] == long.arms["random"]
+        assert spec.out.name == f"startup_{name}"
+        assert _changed(spec, long) == EVAL_KEYS | {"explorer.eval_on_startup"}
+        assert schedule(spec.runs()[0]).steps == 3 and schedule(spec.runs()[0]).eval_steps == ()
+    assert cold.overrides == warm.overrides == early.overrides
+    assert cold.env == warm.env == long.env
+    assert early.env == {**long.env, "MATHAGENT_EARLY_RUNNERS": "1"}
+
+
+def _startup_sitting(tmp_path, slot_files: tuple[str, ...] = (), cold_done: bool = False):
+    """engine_step_startup.sh and sitting.sh copied into a bare tree, run with a Python that
+    records each command (with the early-runners variable it sees) instead of running it;
+    MATHAGENT_RUNS points at a folder whose cache slot 0 holds ``slot_files``."""
+    import os
+    import subprocess
+    import sys
+
+    root = tmp_path / "repo"
+    (root / "benchmarks" / "engine_step").mkdir(parents=True)
+    shutil.copy(BENCH / "engine_step_startup.sh", root / "benchmarks")
+    shutil.copy(STEP / "sitting.sh", root / "benchmarks" / "engine_step")
+    if cold_done:
+        (root / "benchmarks" / "engine_step" / "startup_cold" / "random_seed0").mkdir(parents=True)
+    slot0 = tmp_path / "runs" / "vllm_cache" / "slot0"
+    slot0.mkdir(parents=True)
+    for name in slot_files:
+        (slot0 / name).write_text("")
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.txt"
+    bin_dir.mkdir()
+    python = bin_dir / "python"
+    python.write_text(f'#!/bin/sh\ncase "$1" in -c|-) exec {sys.executable} "$@";; esac\n'
+                      f'echo "${{MATHAGENT_EARLY_RUNNERS:-}}|$*" >> {log}\n')
+    python.chmod(0o755)
+    done = subprocess.run(
+        ["bash", str(root / "benchmarks" / "engine_step_startup.sh")], capture_output=True,
+        text=True, timeout=120,
+        env={**os.environ, "PYTHON": str(python), "PYTHONPATH": str(paths.REPO_ROOT),
+             "MATHAGENT_RUNS": str(tmp_path / "runs"), "MATHAGENT_EARLY_RUNNERS": "1"})
+    calls = [tuple(line.split("|", 1)) for line in log.read_text().splitlines()] \
+        if log.is_file() else []
+    return done, calls, slot0
+
+
+def test_the_start_up_sitting_runs_the_anchor_then_cold_warm_and_early_then_the_page(tmp_path):
+    """An empty cache (a slot holding only its lock file): the anchor, the three runs in order
+    with no lever from the calling shell, and the page of the three."""
+    done, calls, _ = _startup_sitting(tmp_path, slot_files=(".lock",))
+    assert done.returncode == 0, done.stderr
+    step, anchor = SHARE_STEP, f"{SHARE_STEP}/anchor_startup.json"
+    runs = [f"{step}/startup_{name}/random_seed0" for name in ("cold", "warm", "early")]
+    assert [cmd for _, cmd in calls] == [
+        f"benchmarks/engine_anchor.py --out {anchor}",
+        *[f"-m mathagent experiment {step}/spec_startup_{name}.yaml"
+          for name in ("cold", "warm", "early")],
+        _bench_call(runs, anchor, "startup") + " --labels compiled graphs from the cache "
+        "graphs from the cache, runners early --out benchmarks/bench_engine_step_startup.md"]
+    # the lever comes from the early run's spec alone (the shell's is unset for every run)
+    assert [lever for lever, cmd in calls if "experiment" in cmd] == ["", "", ""]
+
+
+def test_the_start_up_sitting_refuses_a_cache_that_would_make_the_first_run_warm(tmp_path):
+    """A slot 0 holding a compile cache and no cold run laid out: one line, nothing run; once
+    the cold run is laid out, the cache is the one it left and the sitting goes on."""
+    done, calls, slot0 = _startup_sitting(tmp_path, slot_files=(".lock", "torch_compile_cache"))
+    assert done.returncode == 1 and calls == []
+    assert done.stderr == (f"engine_step_startup.sh: {slot0} holds a vLLM compile cache "
+                           "already, so the first run would not compile (move its files aside "
+                           "to measure a start from nothing)\n")
+    done, calls, _ = _startup_sitting(tmp_path / "resumed", slot_files=("torch_compile_cache",),
+                                      cold_done=True)
+    assert done.returncode == 0 and len(calls) == 5
+
+
+def test_the_start_up_levers_read_their_rows_and_need_the_lever_on_in_the_last_run_only(
+        bench, tmp_path, capsys):
+    """Three copies of a committed run as the cold, warm and early runs (their compile lines
+    and recorded levers set as such runs would have them): the lever table's rows, first run
+    against last; a first run recorded with the early runners is refused in one line."""
+    runs = []
+    for name, compiled, early in (("cold", 17.72, False), ("warm", 2.48, False),
+                                  ("early", 2.51, True)):
+        run = tmp_path / name / "random_seed0"
+        shutil.copytree(STEP / "levers16" / "random_seed0", run)
+        timings = json.loads((run / "timings.json").read_text())
+        timings["vllm_compile"] = {"seconds": compiled, "from cache": name != "cold"}
+        (run / "timings.json").write_text(json.dumps(timings))
+        params = json.loads((run / "params.json").read_text())
+        params["levers"] = {**params.get("levers", {}),
+                            **({"MATHAGENT_EARLY_RUNNERS": "1"} if early else {})}
+        (run / "params.json").write_text(json.dumps(params))
+        runs.append(run)
+    anchor = STEP / "anchor_levers16.json"
+    out = tmp_path / "startup.md"
+    assert bench.main([*map(str, runs), "--anchor", str(anchor), "--levers", "startup",
+                       "--labels", "cold", "warm", "early", "--out", str(out)]) == 0
+    levers = _rows(out.read_text(), "### The levers and the goals")
+    compile_row = next(v for k, v in levers.items() if k.startswith("vLLM's graphs loaded"))
+    assert compile_row[1:] == [bench.COMPILE_ROW, "17.72", "2.51"]
+    runners = next(v for k, v in levers.items() if k.startswith("that, and the rollout"))
+    assert runners[0] == "`MATHAGENT_EARLY_RUNNERS=1`"
+    capsys.readouterr()
+    assert bench.main([str(runs[2]), str(runs[1]), "--anchor", str(anchor),
+                       "--levers", "startup"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ran with MATHAGENT_EARLY_RUNNERS=1" in err
