@@ -180,6 +180,9 @@ def install_early_runners(explorer_module) -> bool:
         handle = coordinator_cls.get_actor(self.config)
         started = asyncio.ensure_future(
             _prepare_once_named(handle, model_actor_names(self.config.explorer)))
+        # its failure is raised where Trinity awaits it; where the models failed first, the
+        # task is cancelled and its own failure, if any, is not reported a second time
+        started.add_done_callback(lambda task: task.cancelled() or task.exception())
         restore = _swap_get_actor(coordinator_cls, lambda config: _Started(handle, started))
         try:
             await original(self)
