@@ -89,7 +89,7 @@ START_GOAL = "start-up: step 1, or the step-0 evaluation where there is one, min
 #: ``spec_memory_before.yaml``'s run against ``spec_memory.yaml``'s (``engine_step_memory.sh``);
 #: ``expandable``: the same before against ``spec_memory_expandable.yaml``'s; ``fused``:
 #: ``spec_alone.yaml``'s run against ``spec_fused.yaml``'s (``engine_step_share.sh``);
-#: ``startup``: ``spec_startup_cold.yaml``'s run against ``spec_startup_early.yaml``'s, with
+#: ``startup``: ``spec_startup_cold.yaml``'s run against ``spec_startup_levers.yaml``'s, with
 #: ``spec_startup_warm.yaml``'s (the cache alone) between them (``engine_step_startup.sh``).
 LEVER_SETS = {
     "fast": (
@@ -183,7 +183,11 @@ LEVER_SETS = {
         ("that, and the rollout coordinator and its workflow runners made beside vLLM's start "
          "(mathagent.compat trinity-early-runners), the third run: the runners ready",
          "MATHAGENT_EARLY_RUNNERS=1", "start-up: all workflow runners ready, min"),
-        ("both: the start-up the goal is set on", "(both)", START_GOAL),
+        ("the two: the start-up the goal is set on", "(both)", START_GOAL),
+        ("evaluation requests without log-probabilities (mathagent.compat "
+         "trinity-eval-no-logprobs), the third run: the evaluation of the starting weights, "
+         "the same work in every run (the second run's is a second draw without the lever)",
+         "MATHAGENT_EVAL_NO_LOGPROBS=1", EVAL_STEP0),
     ),
     "none": (),
 }

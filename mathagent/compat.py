@@ -56,6 +56,9 @@ The fixes:
 * ``trinity-fast-bootstrap`` (a speed lever, on unless ``MATHAGENT_FAST_BOOTSTRAP=0``): each
   evaluation task's best-of and worst-of metrics from the same resamples, drawn and reduced in
   a few NumPy calls (:mod:`mathagent.eval_bootstrap`); the same numbers to the bit.
+* ``trinity-eval-no-logprobs`` (a speed lever, only with ``MATHAGENT_EVAL_NO_LOGPROBS=1``):
+  evaluation tasks ask vLLM for no log-probabilities, which Trinity drops with their
+  experiences (:mod:`mathagent.eval_logprobs`); training tasks are unchanged.
 * ``verl-step-profile`` (a diagnostic, only with ``MATHAGENT_PROFILE_STEP=N``): the trainer
   profiles the Nth call of its update and of its log-prob pass (:mod:`mathagent.step_profile`).
 """
@@ -76,6 +79,7 @@ from mathagent import (
     batched_logprobs,
     early_start,
     eval_bootstrap,
+    eval_logprobs,
     fused_head,
     runner_slots,
     step_profile,
@@ -83,6 +87,7 @@ from mathagent import (
 from mathagent.batched_logprobs import BATCHED_LOGPROBS_ENV
 from mathagent.early_start import EARLY_EXPLORER_ENV, EARLY_RUNNERS_ENV
 from mathagent.eval_bootstrap import FAST_BOOTSTRAP_ENV
+from mathagent.eval_logprobs import EVAL_NO_LOGPROBS_ENV
 from mathagent.runner_slots import SLOTS_ENV, slots_problem
 from mathagent.step_profile import PROFILE_ENV
 
@@ -314,7 +319,7 @@ def varlen_attention_misfit() -> str | None:
 
 #: The environment variables that turn the levers on; ``train`` passes them to every Ray worker.
 LEVER_ENVS = (EARLY_EXPLORER_ENV, EARLY_RUNNERS_ENV, IPC_SYNC_ENV, VARLEN_ATTN_ENV, SLOTS_ENV,
-              PROFILE_ENV, BATCHED_LOGPROBS_ENV, FAST_BOOTSTRAP_ENV)
+              PROFILE_ENV, BATCHED_LOGPROBS_ENV, FAST_BOOTSTRAP_ENV, EVAL_NO_LOGPROBS_ENV)
 
 
 def lever_problem(name: str, value: str | None) -> str | None:
@@ -409,6 +414,16 @@ FIXES: tuple[Fix, ...] = (
         module="trinity.utils.metrics",
         apply=lambda: eval_bootstrap.install(importlib.import_module("trinity.utils.metrics")),
         condition=eval_bootstrap.unwanted),
+    Fix(name="trinity-eval-no-logprobs", package="trinity-rft", versions=("0.6.0",),
+        upstream="Trinity-RFT 0.6.0 common/workflows/agentscope_workflow.py "
+                 "AgentScopeWorkflowAdapterV1: logprobs asked for in every request, evaluation "
+                 "tasks' too, whose experiences are dropped",
+        summary="speed lever: evaluation tasks ask for no log-probabilities "
+                "(mathagent.eval_logprobs)",
+        module="trinity.common.workflows.agentscope_workflow",
+        apply=lambda: eval_logprobs.install(
+            importlib.import_module("trinity.common.workflows.agentscope_workflow")),
+        condition=eval_logprobs.unwanted),
     Fix(name="verl-step-profile", package="verl", versions=("0.8.0",),
         upstream="verl 0.8.0 workers/engine_workers.py TrainingWorker: no profile of a step "
                  "without its driver's start_profile, which Trinity-RFT 0.6.0 never calls",

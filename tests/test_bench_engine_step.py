@@ -687,24 +687,25 @@ def test_vllms_compile_rows_come_from_the_runs_that_read_it(bench, tmp_path):
     assert bench.COMPILE_ROW not in bench.table(runs[2:], ["old"], anchor, "none")
 
 
-def test_the_start_up_specs_are_the_60_step_random_run_shortened_and_differ_only_in_the_lever():
-    """The cold and warm runs are one spec's run twice (3 steps, no evaluation), the early run
-    the same with MATHAGENT_EARLY_RUNNERS=1 and nothing else."""
+def test_the_start_up_specs_are_the_60_step_random_run_shortened_and_differ_only_in_the_levers():
+    """The cold and warm runs are one spec's run twice (3 steps, held out at step 0 only), the
+    third run the same with its two levers' variables and nothing else."""
     from mathagent.experiment.schedule import schedule
     from mathagent.results.spec import load_spec
 
     long = load_spec(paths.CONFIGS_DIR / "experiment_qwen_60steps.yaml")
-    cold, warm, early = (load_spec(STEP / f"spec_startup_{name}.yaml")
-                         for name in ("cold", "warm", "early"))
-    for spec, name in ((cold, "cold"), (warm, "warm"), (early, "early")):
+    cold, warm, levers = (load_spec(STEP / f"spec_startup_{name}.yaml")
+                          for name in ("cold", "warm", "levers"))
+    for spec, name in ((cold, "cold"), (warm, "warm"), (levers, "levers")):
         assert [r.name for r in spec.runs()] == ["random_seed0"]
         assert spec.arms["random"] == long.arms["random"]
         assert spec.out.name == f"startup_{name}"
-        assert _changed(spec, long) == EVAL_KEYS | {"explorer.eval_on_startup"}
-        assert schedule(spec.runs()[0]).steps == 3 and schedule(spec.runs()[0]).eval_steps == ()
-    assert cold.overrides == warm.overrides == early.overrides
+        assert _changed(spec, long) == EVAL_KEYS
+        assert schedule(spec.runs()[0]).steps == 3 and schedule(spec.runs()[0]).eval_steps == (0,)
+    assert cold.overrides == warm.overrides == levers.overrides
     assert cold.env == warm.env == long.env
-    assert early.env == {**long.env, "MATHAGENT_EARLY_RUNNERS": "1"}
+    assert levers.env == {**long.env, "MATHAGENT_EARLY_RUNNERS": "1",
+                          "MATHAGENT_EVAL_NO_LOGPROBS": "1"}
 
 
 def _startup_sitting(tmp_path, slot_files: tuple[str, ...] = (), cold_done: bool = False):
@@ -741,20 +742,20 @@ def _startup_sitting(tmp_path, slot_files: tuple[str, ...] = (), cold_done: bool
     return done, calls, slot0
 
 
-def test_the_start_up_sitting_runs_the_anchor_then_cold_warm_and_early_then_the_page(tmp_path):
+def test_the_start_up_sitting_runs_the_anchor_then_cold_warm_and_levers_then_the_page(tmp_path):
     """An empty cache (a slot holding only its lock file): the anchor, the three runs in order
     with no lever from the calling shell, and the page of the three."""
     done, calls, _ = _startup_sitting(tmp_path, slot_files=(".lock",))
     assert done.returncode == 0, done.stderr
     step, anchor = SHARE_STEP, f"{SHARE_STEP}/anchor_startup.json"
-    runs = [f"{step}/startup_{name}/random_seed0" for name in ("cold", "warm", "early")]
+    runs = [f"{step}/startup_{name}/random_seed0" for name in ("cold", "warm", "levers")]
     assert [cmd for _, cmd in calls] == [
         f"benchmarks/engine_anchor.py --out {anchor}",
         *[f"-m mathagent experiment {step}/spec_startup_{name}.yaml"
-          for name in ("cold", "warm", "early")],
+          for name in ("cold", "warm", "levers")],
         _bench_call(runs, anchor, "startup") + " --labels compiled graphs from the cache "
-        "graphs from the cache, runners early --out benchmarks/bench_engine_step_startup.md"]
-    # the lever comes from the early run's spec alone (the shell's is unset for every run)
+        "the cache and both levers --out benchmarks/bench_engine_step_startup.md"]
+    # the levers come from the third run's spec alone (the shell's is unset for every run)
     assert [lever for lever, cmd in calls if "experiment" in cmd] == ["", "", ""]
 
 
@@ -771,33 +772,38 @@ def test_the_start_up_sitting_refuses_a_cache_that_would_make_the_first_run_warm
     assert done.returncode == 0 and len(calls) == 5
 
 
-def test_the_start_up_levers_read_their_rows_and_need_the_lever_on_in_the_last_run_only(
+def test_the_start_up_levers_read_their_rows_and_need_the_levers_on_in_the_last_run_only(
         bench, tmp_path, capsys):
-    """Three copies of a committed run as the cold, warm and early runs (their compile lines
-    and recorded levers set as such runs would have them): the lever table's rows, first run
-    against last; a first run recorded with the early runners is refused in one line."""
+    """Three copies of a committed run with a step-0 evaluation as the cold, warm and levers
+    runs (their compile lines and recorded levers set as such runs would have them): the lever
+    table's rows, first run against last; a first run recorded with the levers is refused in
+    one line."""
     runs = []
     for name, compiled, early in (("cold", 17.72, False), ("warm", 2.48, False),
-                                  ("early", 2.51, True)):
+                                  ("levers", 2.51, True)):
         run = tmp_path / name / "random_seed0"
-        shutil.copytree(STEP / "levers16" / "random_seed0", run)
+        shutil.copytree(STEP / "bootstrap_off" / "random_seed0", run)
         timings = json.loads((run / "timings.json").read_text())
         timings["vllm_compile"] = {"seconds": compiled, "from cache": name != "cold"}
         (run / "timings.json").write_text(json.dumps(timings))
         params = json.loads((run / "params.json").read_text())
         params["levers"] = {**params.get("levers", {}),
-                            **({"MATHAGENT_EARLY_RUNNERS": "1"} if early else {})}
+                            **({"MATHAGENT_EARLY_RUNNERS": "1", "MATHAGENT_EVAL_NO_LOGPROBS": "1"}
+                               if early else {})}
         (run / "params.json").write_text(json.dumps(params))
         runs.append(run)
-    anchor = STEP / "anchor_levers16.json"
+    anchor = STEP / "anchor_bootstrap.json"
     out = tmp_path / "startup.md"
     assert bench.main([*map(str, runs), "--anchor", str(anchor), "--levers", "startup",
-                       "--labels", "cold", "warm", "early", "--out", str(out)]) == 0
+                       "--labels", "cold", "warm", "levers", "--out", str(out)]) == 0
     levers = _rows(out.read_text(), "### The levers and the goals")
     compile_row = next(v for k, v in levers.items() if k.startswith("vLLM's graphs loaded"))
     assert compile_row[1:] == [bench.COMPILE_ROW, "17.72", "2.51"]
     runners = next(v for k, v in levers.items() if k.startswith("that, and the rollout"))
     assert runners[0] == "`MATHAGENT_EARLY_RUNNERS=1`"
+    evaluation = next(v for k, v in levers.items() if k.startswith("evaluation requests"))
+    assert evaluation[:2] == ["`MATHAGENT_EVAL_NO_LOGPROBS=1`", bench.EVAL_STEP0]
+    assert evaluation[2] == evaluation[3] != ""   # copies of one run: the same evaluation
     capsys.readouterr()
     assert bench.main([str(runs[2]), str(runs[1]), "--anchor", str(anchor),
                        "--levers", "startup"]) == 2

@@ -137,6 +137,8 @@ def test_other_versions_and_missing_packages_are_skipped_untouched():
                                                        "trinity-rft is not installed"],
                              "trinity-early-runners-wait": ["skipped",
                                                             "trinity-rft is not installed"],
+                             "trinity-eval-no-logprobs": ["skipped",
+                                                          "trinity-rft is not installed"],
                              "trinity-ipc-sync": ["skipped", "trinity-rft is not installed"],
                              "transformers-varlen-attention": ["skipped",
                                                                "transformers is not installed"],
