@@ -21,11 +21,18 @@ that imports the upstream module they patch.
   which a model not yet ready refuses, and then polls the server for a minute only; with the
   lever it first waits, up to :data:`MODEL_WAIT_S`, for the model to say it is ready. The
   explorer's other steps (the weight-sync group, the step-0 evaluation) keep their order.
+  Trinity makes and prepares at most ``explorer.runner_prepare_concurrency`` runners at once
+  (16 in the Qwen configs, which have 16), so where there are more runners than that, the
+  others are made once the first ones are prepared. The lever acts only where the rollout
+  model is a vLLM engine and there are no auxiliary models (:func:`early_runners_misfit`):
+  the experience pipeline the coordinator builds asks auxiliary models for their servers at
+  once, and other engines make no named actor to wait for; elsewhere Trinity's order stays.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 
@@ -134,6 +141,16 @@ def install_early_explorer(launcher) -> bool:
 # --------------------------------------------------------------------------------------
 
 
+def early_runners_misfit(explorer_config) -> str | None:
+    """Why the coordinator cannot be made early for ``explorer_config``, or None."""
+    engine = explorer_config.rollout_model.engine_type
+    if not engine.startswith("vllm"):
+        return f"the rollout model's engine is {engine!r}, not vLLM"
+    if explorer_config.auxiliary_models:
+        return "the experience pipeline would ask the auxiliary models for their servers early"
+    return None
+
+
 def model_actor_names(explorer_config) -> list[tuple[str, str]]:
     """``(name, namespace)`` of each model actor Trinity's allocator makes for
     ``explorer_config`` (the names a workflow runner's constructor looks up)."""
@@ -176,6 +193,10 @@ def install_early_runners(explorer_module) -> bool:
     original = cls.prepare
 
     async def prepare(self) -> None:
+        misfit = early_runners_misfit(self.config.explorer)
+        if misfit is not None:
+            self.logger.info(f"{EARLY_RUNNERS_ENV}=1 left unused: {misfit}")
+            return await original(self)
         coordinator_cls = explorer_module.RolloutCoordinator  # looked up now: a stand-in too
         handle = coordinator_cls.get_actor(self.config)
         started = asyncio.ensure_future(
@@ -188,7 +209,8 @@ def install_early_runners(explorer_module) -> bool:
             await original(self)
         except BaseException:
             started.cancel()
-            ray.kill(handle)
+            with contextlib.suppress(Exception):  # Ray going down: the first error counts
+                ray.kill(handle)
             raise
         finally:
             restore()

@@ -39,7 +39,7 @@ def ray_head():
     assert head.processes() == []
 
 
-#: Before it come ``ADDRESS``, ``MARKS`` (a folder) and ``EXPLORER_CONFIG``;
+#: Before it come ``ADDRESS``, ``MARKS`` (a folder), ``BOUND`` and ``EXPLORER_CONFIG``;
 #: ``prepare(name, wait_s, fail)`` runs Trinity's ``Explorer.prepare`` on a fresh explorer
 #: whose models start for at most ``wait_s`` seconds, and says what happened.
 EXPLORER = """
@@ -47,7 +47,7 @@ EXPLORER = """
     from pathlib import Path
     import ray
     import trinity.explorer.explorer as explorer_module
-    from trinity.common.config import Config
+    from trinity.common.config import Config, InferenceModelConfig
     from trinity.common.constants import SyncStyle
     from mathagent import compat, early_start
 
@@ -117,11 +117,13 @@ EXPLORER = """
     own_get_actor = Coordinator.__dict__["get_actor"]
     synchronizer = ray.remote(Synchronizer).options(num_cpus=0).remote
 
-    def explorer(name, wait_s, fail):
+    def explorer(name, wait_s, fail, auxiliary):
         config = Config()
         config.explorer = explorer_config(NAMESPACE)
         config.explorer.name = name
         config.explorer.eval_on_startup = False
+        if auxiliary:  # a judge model beside the policy: the lever leaves Trinity's order
+            config.explorer.auxiliary_models = [InferenceModelConfig(model_path="/judge")]
         self = object.__new__(explorer_module.Explorer)
         self.__dict__.update(
             config=config, logger=logging.getLogger(name), model_allocator=Allocator(
@@ -131,18 +133,24 @@ EXPLORER = """
             _async_watch_stopped=False, _async_watch_task=None)
         return self
 
-    def prepare(name, wait_s, fail=False):
-        self = explorer(name, wait_s, fail)
+    def prepare(name, wait_s, fail=False, auxiliary=False):
+        self = explorer(name, wait_s, fail, auxiliary)
         try:
             asyncio.run(self.prepare())
             error = None
         except RuntimeError as exc:
             error = str(exc)
         handle = Coordinator.made[name]
-        try:
-            report = ray.get(handle.report.remote(), timeout=30)
-        except ray.exceptions.RayActorError:
-            report = "stopped"
+        deadline = time.monotonic() + BOUND  # a kill reaches the actor through Ray's GCS
+        while True:
+            try:
+                report = ray.get(handle.report.remote(), timeout=BOUND)
+            except ray.exceptions.RayActorError:
+                report = "stopped"
+                break
+            if not fail or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         return {"error": error, "coordinator": report,
                 "ready_at": self.model_allocator.ready_at,
                 "kept": type(self.rollout_coordinator).__name__,
@@ -154,7 +162,8 @@ EXPLORER = """
 
 def _explorer(ray_head, tmp_path, body: str) -> dict:
     out, _ = run_python(VLLM_STAND_IN, EXPLORER_CONFIG,
-                        f"ADDRESS = {ray_head.address!r}\nMARKS = {str(tmp_path)!r}",
+                        f"ADDRESS = {ray_head.address!r}\nMARKS = {str(tmp_path)!r}\n"
+                        f"BOUND = {hang_bound(30)}",
                         EXPLORER, body, timeout=300)
     return out
 
@@ -191,6 +200,21 @@ def test_the_early_coordinator_is_stopped_when_the_models_fail(ray_head, tmp_pat
     """)
     assert out["error"] == "the engine failed to start"
     assert out["coordinator"] == "stopped" and out["get_actor_restored"]
+
+
+def test_with_auxiliary_models_the_lever_leaves_trinitys_order(ray_head, tmp_path):
+    """The experience pipeline would ask an auxiliary model for its server before it is ready:
+    with one in the config, the lever on makes the coordinator after the models, as Trinity
+    does."""
+    out = _explorer(ray_head, tmp_path, f"""
+        import os
+        os.environ[early_start.EARLY_RUNNERS_ENV] = "1"
+        compat.apply_all()
+        emit(prepare("explorer_auxiliary", {MODELS_S}, auxiliary=True))
+        ray.shutdown()
+    """)
+    assert out["error"] is None and out["coordinator"]["calls"] == 1
+    assert out["coordinator"]["began"] >= out["ready_at"]
 
 
 #: A model actor that is ready ``after`` seconds after it was made; before that it refuses its

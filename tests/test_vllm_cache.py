@@ -5,6 +5,7 @@ folder is free again; and what a run's log says of its ``torch.compile``
 
 from __future__ import annotations
 
+import select
 import signal
 import subprocess
 import sys
@@ -40,7 +41,8 @@ def test_a_killed_run_frees_its_slot(tmp_path):
         time.sleep(600)
     """)], stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout.readline().strip() == "slot0"
+        ready, _, _ = select.select([holder.stdout], [], [], hang_bound(60))
+        assert ready and holder.stdout.readline().strip() == "slot0"
         held = vllm_cache.claim(tmp_path)
         assert held.folder.name == "slot1"
         held.release()

@@ -272,25 +272,28 @@ def start(run: Run, folder: Path, model: Path, steps: int) -> Active:
     from mathagent.reaper import reap_when_gone, record
 
     folder.mkdir(parents=True)
-    cache = vllm_cache.claim()
-    env = run_env(run, folder, model, cache.folder)
-    write_state(folder, stage="starting", run=run.name, config=str(run.config),
-                overrides=list(run.overrides), model=str(model), vllm_cache=str(cache.folder))
+    cache, head = vllm_cache.claim(), None
     try:
+        env = run_env(run, folder, model, cache.folder)
+        write_state(folder, stage="starting", run=run.name, config=str(run.config),
+                    overrides=list(run.overrides), model=str(model),
+                    vllm_cache=str(cache.folder))
         head = start_ray_head(num_cpus=None, num_gpus=None, object_store_memory=4 * 1024**3,
                               env=env)
-    except BaseException:
+        write_state(folder, ray_address=head.address, ray_head=head.to_json())
+        log = folder / "train.log"
+        command = train_command(run, head.address)
+        with open(log, "w") as fh:
+            fh.write(f"# {' '.join(command)}\n")
+            fh.flush()
+            proc = subprocess.Popen(command, cwd=paths.REPO_ROOT, env={**os.environ, **env},
+                                    stdout=fh, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+    except BaseException:   # nothing of the run goes on: its head stopped, its cache free
+        if head is not None:
+            head.stop()
         cache.release()
         raise
-    write_state(folder, ray_address=head.address, ray_head=head.to_json())
-    log = folder / "train.log"
-    command = train_command(run, head.address)
-    with open(log, "w") as fh:
-        fh.write(f"# {' '.join(command)}\n")
-        fh.flush()
-        proc = subprocess.Popen(command, cwd=paths.REPO_ROOT, env={**os.environ, **env},
-                                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
     started = time.time()
     # if this process dies, the watchdog stops what the run started
     reap_when_gone([*head.started, *record([proc.pid])])

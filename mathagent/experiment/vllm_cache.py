@@ -11,10 +11,15 @@ So the experiment command keeps numbered cache folders, ``runs/vllm_cache/slot<k
 as long as the checkout: each run takes the first folder no other run holds, and holds it (an
 exclusive ``flock`` on the folder's ``.lock``) until it ends. Runs one after another then reuse
 slot 0, whatever their spec; runs side by side (``--parallel``) each write a folder of their
-own, since two engines compiling into one folder at once could read each other's half-written
-files. A lock ends with the process that held it, however it ended, so a killed run frees its
-folder. Whether a run compiled or loaded its graphs, and the seconds it took, are in its log
-(``torch.compile took``); :func:`mathagent.experiment.layout.vllm_compile` reads them.
+own: vLLM does not say that two engines may compile into one folder at once.
+
+A lock ends with the process that held it, however it ended, so a killed run frees its folder
+(where the experiment process itself is killed, its watchdog stops the run's ``train`` and Ray
+head within a second or so, while a run of another experiment process would still be starting
+its own head). ``flock`` locks hold between the processes of one machine; on a network file
+system that does not pass them on, keep ``runs/`` on a local disk. Whether a run compiled or
+loaded its graphs, and the seconds it took, are in its log (``torch.compile took``);
+:func:`mathagent.experiment.layout.vllm_compile` reads them.
 """
 
 from __future__ import annotations
