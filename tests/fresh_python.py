@@ -11,6 +11,7 @@ installed, the checks of that case hide it from their interpreter (:data:`HIDE_F
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -112,6 +113,15 @@ def run_python(*parts: str, timeout: float = 300) -> tuple[dict, subprocess.Comp
     Returns the value the code passed to ``emit()`` and the finished process.
     """
     return result_of(start_python(*parts), timeout)
+
+
+@contextlib.contextmanager
+def small_ray_head():
+    """A Ray head of 1 CPU and no GPU, whatever the machine has, with a small object store;
+    every process of it is gone once the block ends (the checks' module fixtures)."""
+    with launch.local_ray_head(num_cpus=1, num_gpus=0, object_store_memory=100 * 2**20) as head:
+        yield head
+    assert head.processes() == []
 
 
 def fix_named(name: str) -> compat.Fix:

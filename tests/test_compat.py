@@ -228,29 +228,22 @@ def test_trinity_fix_applied_and_dispatches_on_colocate():
 # --------------------------------------------------------------------------------------
 
 
-def test_early_explorer_is_off_unless_asked_for(monkeypatch):
-    monkeypatch.delenv(compat.EARLY_EXPLORER_ENV, raising=False)
-    lever = fix_named("trinity-early-explorer")
-    result = compat._gate(lever, {"trinity-rft": "0.6.0"})
-    assert result.status == "skipped"
-    assert result.reason == "a start-up lever, applied only with MATHAGENT_EARLY_EXPLORER=1"
-    monkeypatch.setenv(compat.EARLY_EXPLORER_ENV, "1")
-    assert compat._gate(lever, {"trinity-rft": "0.6.0"}) is None
-    assert compat._gate(lever, {"trinity-rft": "0.6.1"}).status == "skipped"
-
-
-@pytest.mark.parametrize("name", ["trinity-early-runners", "trinity-early-runners-wait"])
-def test_early_runners_is_off_unless_asked_for(monkeypatch, name):
-    monkeypatch.delenv(compat.EARLY_RUNNERS_ENV, raising=False)
+@pytest.mark.parametrize(("name", "variable", "kind"), [
+    ("trinity-early-explorer", "MATHAGENT_EARLY_EXPLORER", "a start-up lever"),
+    ("trinity-early-runners", "MATHAGENT_EARLY_RUNNERS", "a start-up lever"),
+    ("trinity-early-runners-wait", "MATHAGENT_EARLY_RUNNERS", "a start-up lever"),
+    ("trinity-eval-no-logprobs", "MATHAGENT_EVAL_NO_LOGPROBS", "a speed lever")])
+def test_an_opt_in_lever_is_off_unless_its_variable_is_1(monkeypatch, name, variable, kind):
+    assert variable in compat.LEVER_ENVS   # so `train` passes it to every Ray worker
+    monkeypatch.delenv(variable, raising=False)
     lever = fix_named(name)
     result = compat._gate(lever, {"trinity-rft": "0.6.0"})
     assert result.status == "skipped"
-    assert result.reason == "a start-up lever, applied only with MATHAGENT_EARLY_RUNNERS=1"
-    monkeypatch.setenv(compat.EARLY_RUNNERS_ENV, "1")
+    assert result.reason == f"{kind}, applied only with {variable}=1"
+    monkeypatch.setenv(variable, "1")
     assert compat._gate(lever, {"trinity-rft": "0.6.0"}) is None
     assert compat._gate(lever, {"trinity-rft": "0.6.1"}).status == "skipped"
-    assert compat.lever_problem(compat.EARLY_RUNNERS_ENV, "2") == (
-        "MATHAGENT_EARLY_RUNNERS='2' is neither 0 (off) nor 1 (on)")
+    assert compat.lever_problem(variable, "2") == f"{variable}='2' is neither 0 (off) nor 1 (on)"
 
 
 def test_levers_set_names_the_lever_variables_of_the_environment_and_no_other(monkeypatch):

@@ -23,11 +23,12 @@ from fresh_python import (
     VLLM_STAND_IN,
     result_of,
     run_python,
+    small_ray_head,
     start_python,
     wrong_versions,
 )
 
-from mathagent import compat, launch
+from mathagent import compat
 
 WRONG_VERSIONS = wrong_versions()
 pytestmark = [pytest.mark.slow,  # every test starts a Ray head and a Python on it
@@ -37,9 +38,8 @@ pytestmark = [pytest.mark.slow,  # every test starts a Ray head and a Python on 
 @pytest.fixture(scope="module")
 def ray_head():
     """1 CPU and no GPU, whatever the machine has (the #602 deadlock needs a head without one)."""
-    with launch.local_ray_head(num_cpus=1, num_gpus=0, object_store_memory=100 * 2**20) as head:
+    with small_ray_head() as head:
         yield head
-    assert head.processes() == []
 
 
 # --------------------------------------------------------------------------------------

@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import pytest
 from bounds import hang_bound
-from fresh_python import EXPLORER_CONFIG, VLLM_STAND_IN, run_python, wrong_versions
-
-from mathagent import launch
+from fresh_python import (
+    EXPLORER_CONFIG,
+    VLLM_STAND_IN,
+    run_python,
+    small_ray_head,
+    wrong_versions,
+)
 
 WRONG_VERSIONS = wrong_versions()
 pytestmark = [pytest.mark.slow,  # every test starts a Ray head and a Python on it
@@ -34,9 +38,8 @@ MODELS_S = 5.0
 
 @pytest.fixture(scope="module")
 def ray_head():
-    with launch.local_ray_head(num_cpus=1, num_gpus=0, object_store_memory=100 * 2**20) as head:
+    with small_ray_head() as head:
         yield head
-    assert head.processes() == []
 
 
 #: Before it come ``ADDRESS``, ``MARKS`` (a folder), ``BOUND`` and ``EXPLORER_CONFIG``;

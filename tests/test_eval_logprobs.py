@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 from fresh_python import VLLM_STAND_IN, run_python, wrong_versions
 
-from mathagent import compat, eval_logprobs
+from mathagent import eval_logprobs
 
 WRONG_VERSIONS = wrong_versions()
 
@@ -99,14 +99,8 @@ def test_evaluation_requests_ask_for_no_logprobs_with_the_lever_and_training_one
         "train": asked_for}
 
 
-def test_the_lever_is_off_unless_asked_for_and_keeps_every_other_setting(monkeypatch):
-    monkeypatch.delenv(eval_logprobs.EVAL_NO_LOGPROBS_ENV, raising=False)
-    lever = next(f for f in compat.FIXES if f.name == "trinity-eval-no-logprobs")
-    assert compat._gate(lever, {"trinity-rft": "0.6.0"}).reason == (
-        "a speed lever, applied only with MATHAGENT_EVAL_NO_LOGPROBS=1")
-    monkeypatch.setenv(eval_logprobs.EVAL_NO_LOGPROBS_ENV, "1")
-    assert compat._gate(lever, {"trinity-rft": "0.6.0"}) is None
+def test_only_the_logprobs_settings_change_and_the_workflows_own_dict_is_kept():
     kwargs = {"temperature": 1.0, "max_tokens": 64, "logprobs": True, "top_logprobs": 0}
     assert eval_logprobs.without_logprobs(kwargs) == {"temperature": 1.0, "max_tokens": 64,
                                                       "logprobs": False}
-    assert kwargs["logprobs"] is True   # the workflow's own dict is left as it was
+    assert kwargs["logprobs"] is True and kwargs["top_logprobs"] == 0

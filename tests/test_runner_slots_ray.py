@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import pytest
 from bounds import hang_bound
-from fresh_python import VLLM_STAND_IN, run_python, wrong_versions
-
-from mathagent import launch
+from fresh_python import VLLM_STAND_IN, run_python, small_ray_head, wrong_versions
 
 WRONG_VERSIONS = wrong_versions()
 pytestmark = [pytest.mark.slow,  # every test starts a Ray head and a Python on it
@@ -28,9 +26,8 @@ pytestmark = [pytest.mark.slow,  # every test starts a Ray head and a Python on 
 @pytest.fixture(scope="module")
 def ray_head():
     """1 CPU and no GPU; the runner actors ask for no CPU, as Trinity's do."""
-    with launch.local_ray_head(num_cpus=1, num_gpus=0, object_store_memory=100 * 2**20) as head:
+    with small_ray_head() as head:
         yield head
-    assert head.processes() == []
 
 
 #: The checking interpreter: Trinity's real Scheduler over FakeRunner actors. Before it come
