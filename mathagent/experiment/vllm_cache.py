@@ -11,7 +11,8 @@ So the experiment command keeps numbered cache folders, ``runs/vllm_cache/slot<k
 as long as the checkout: each run takes the first folder no other run holds, and holds it (an
 exclusive ``flock`` on the folder's ``.lock``) until it ends. Runs one after another then reuse
 slot 0, whatever their spec; runs side by side (``--parallel``) each write a folder of their
-own: vLLM does not say that two engines may compile into one folder at once.
+own: vLLM does not say that two engines may compile into one folder at once. A slot folder
+that no run holds may be removed at any time: the next run to take it compiles again.
 
 A lock ends with the process that held it, however it ended, so a killed run frees its folder
 (where the experiment process itself is killed, its watchdog stops the run's ``train`` and Ray
