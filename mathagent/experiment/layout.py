@@ -6,8 +6,8 @@ run), the config handed to ``tune()`` (``launched_config.yaml``), Trinity's meta
 excerpt (the launch report and the lines that mark each phase), Trinity's whole runtime
 ``Config`` as it printed it, ``timings.json`` (start-up milestones, peak GPU memory per role,
 the seconds of every step and of vLLM's ``torch.compile`` (compiled, or loaded from its cache),
-read from the log, and, where the CPU monitor ran, the CPU cores
-each role kept busy during the evaluations and the steps between them) and, from the run's experience buffer
+read from the log, and, where the CPU monitor ran, the CPU cores each role kept busy during
+the evaluations and the steps between them) and, from the run's experience buffer
 (:mod:`mathagent.experiment.buffer`), ``samples.jsonl``, ``buffer_steps.csv`` and
 ``buffer_tasks.csv``; where the run was profiled (``MATHAGENT_PROFILE_STEP``,
 :mod:`mathagent.step_profile`), ``profile/`` with each profiled call's summary and table (its
