@@ -12,8 +12,8 @@ stand-ins defined in the checking interpreter (Ray pickles them by value): the a
 a model actor, then stays "starting" (as vLLM's start would) until the coordinator's
 ``prepare()`` has begun or a bound has passed; the coordinator's ``prepare()`` leaves a mark
 and looks the model actor up by name, as each of Trinity's workflow runners does in its
-constructor. Without the lever the models wait out the bound; with it they need not. ``test_compat.py`` checks the lever's
-gating without Ray.
+constructor. Without the lever the models wait out the bound; with it they need not.
+``test_compat.py`` checks the lever's gating without Ray.
 """
 
 from __future__ import annotations

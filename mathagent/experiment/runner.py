@@ -14,8 +14,8 @@ checkpoints, event files, the experience buffer); vLLM's compile cache is a fold
 holds while it goes, kept for the runs after it (:mod:`mathagent.experiment.vllm_cache`). The
 environment of the head, so of every actor, and of ``train`` is :func:`run_env`. If this
 process dies, even by SIGKILL, a watchdog (:func:`mathagent.reaper.reap_when_gone`) stops the
-run's ``train`` and head, so the GPU is free for the next try. Once every step is trained, :func:`mathagent.experiment.layout.lay_out`
-writes the run's folder in the results.
+run's ``train`` and head, so the GPU is free for the next try. Once every step is trained,
+:func:`mathagent.experiment.layout.lay_out` writes the run's folder in the results.
 """
 
 from __future__ import annotations
