@@ -26,7 +26,6 @@ loaded its graphs, and the seconds it took, are in its log (``torch.compile took
 from __future__ import annotations
 
 import fcntl
-import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -58,7 +57,8 @@ def claim(root: Path | None = None) -> Slot:
     """Hold the first slot folder under ``root`` (default :func:`cache_root`) that no live
     process holds, making it where none is free."""
     root = root or cache_root()
-    for k in itertools.count():
+    k = 0
+    while True:
         folder = root / f"slot{k}"
         folder.mkdir(parents=True, exist_ok=True)
         lock = open(folder / LOCK, "a")  # noqa: SIM115 - kept open: the lock is the file's
@@ -66,6 +66,6 @@ def claim(root: Path | None = None) -> Slot:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             lock.close()
+            k += 1
             continue
         return Slot(folder, lock)
-    raise AssertionError("unreachable")  # itertools.count() does not end
